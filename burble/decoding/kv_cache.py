@@ -1,0 +1,103 @@
+"""Preallocated, position-indexed key/value cache for autoregressive decoders.
+
+The cache holds one ``(B, H, max_length, D)`` key and value tensor per layer. Writing a chunk of
+``T`` new positions stores it at ``[length, length + T)``; attention then reads ``[0, length + T)``.
+Because positions are indices, rolling back rejected speculative tokens is just ``truncate(n)``
+(nothing is copied), and beam search reorders rows with ``reorder(index)``.
+
+Cross-attention keys/values (computed once from the encoder output) live beside the self-attention
+cache in ``cross`` so that a model's state for one request is a single object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+
+@dataclass
+class KVCache:
+    """Self-attention cache of a decoder (and its cross-attention keys/values, if any).
+
+    Attributes:
+      keys: per layer ``(B, H, max_length, D)``.
+      values: per layer ``(B, H, max_length, D)``.
+      length: number of valid positions (the same for every batch row).
+      cross: per layer ``(k, v)`` cross-attention tensors ``(B, H, S, D)``, or empty.
+    """
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    length: int = 0
+    cross: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+
+    @classmethod
+    def allocate(
+        cls,
+        *,
+        num_layers: int,
+        batch_size: int,
+        num_heads: int,
+        head_dim: int,
+        max_length: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> "KVCache":
+        shape = (batch_size, num_heads, max_length, head_dim)
+        keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        return cls(keys=keys, values=values)
+
+    @property
+    def batch_size(self) -> int:
+        return self.keys[0].shape[0]
+
+    @property
+    def max_length(self) -> int:
+        return self.keys[0].shape[2]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.keys)
+
+    def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store ``k``/``v`` ``(B, H, T, D)`` at positions ``[start, start+T)`` of ``layer``.
+
+        Returns views of all valid keys and values ``[0, start+T)`` for attention.
+        """
+        end = start + k.shape[2]
+        if end > self.max_length:
+            raise ValueError(f"KV cache overflow: {end} positions > capacity {self.max_length}")
+        self.keys[layer][:, :, start:end] = k
+        self.values[layer][:, :, start:end] = v
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+    def truncate(self, length: int) -> None:
+        """Forget every position from ``length`` on (speculative rollback)."""
+        if length < 0 or length > self.length:
+            raise ValueError(f"cannot truncate a cache of length {self.length} to {length}")
+        self.length = length
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Select batch rows (beam search): row ``i`` becomes old row ``index[i]``."""
+        index = index.to(self.keys[0].device)
+        for i in range(len(self.keys)):
+            self.keys[i] = self.keys[i].index_select(0, index)
+            self.values[i] = self.values[i].index_select(0, index)
+        # Cross K/V with batch 1 are shared by every row (one audio) and broadcast in attention;
+        # rows of different audio carry their own and move with the row.
+        if self.cross and self.cross[0][0].shape[0] > 1:
+            self.cross = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.cross]
+
+    def clone_prefix(self, length: Optional[int] = None) -> "KVCache":
+        """A deep copy of the first ``length`` positions (default: all valid ones)."""
+        n = self.length if length is None else length
+        copy = KVCache(
+            keys=[k.clone() for k in self.keys],
+            values=[v.clone() for v in self.values],
+            length=n,
+            cross=list(self.cross),
+        )
+        return copy

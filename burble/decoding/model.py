@@ -1,0 +1,32 @@
+"""The protocol through which any autoregressive model plugs into the shared decoding core.
+
+ASR (a Whisper text decoder bound to one audio's encoder output) and TTS (a codec language model)
+both implement :class:`AutoregressiveModel`; :mod:`burble.decoding.generate` and
+:mod:`burble.decoding.beam` never know which one they drive.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from burble.decoding.kv_cache import KVCache
+
+
+class AutoregressiveModel(Protocol):
+    """A decoder that extends a KV cache by ``T`` tokens and returns their next-token logits."""
+
+    vocab_size: int
+
+    def new_cache(self, batch_size: int, max_length: int) -> KVCache:
+        """Allocate an empty cache (with any cross-attention state already filled in)."""
+        ...
+
+    def forward(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Run ``tokens`` ``(B, T)`` at positions ``[cache.length, cache.length + T)``.
+
+        Writes their keys/values into ``cache``, advances ``cache.length`` by ``T`` and returns
+        float32 logits ``(B, T, V)``: row ``t`` is the distribution of the token after ``tokens[:, t]``.
+        """
+        ...

@@ -1,0 +1,167 @@
+"""Lossless speculative decoding: the drafter protocol, verification rules and statistics.
+
+A :class:`Drafter` proposes up to ``k`` next tokens. The generation loop
+(:func:`burble.decoding.generate.generate`) runs the target model once over
+``[last token] + draft`` (one pass costs about one decode step, because decoding is memory-bound),
+then the rules below keep the output distribution exactly the target's:
+
+* greedy (temperature 0): accept the longest draft prefix equal to the target argmax, then emit the
+  target's own token at the first mismatch (or a bonus token after a fully accepted draft);
+* sampling: accept draft token ``x`` with probability ``min(1, p(x) / q(x))``; on rejection sample
+  from ``normalize(max(0, p - q))``; a draft without ``q`` is a one-hot ``q``, so ``x`` is accepted with
+  probability ``p(x)`` and the residual is ``p`` with ``x`` zeroed. After a fully accepted draft one
+  bonus token is sampled from ``p``.
+
+``p`` and ``q`` are both taken after the logits-processor chain and the temperature/top-k/top-p warpers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Protocol, Sequence
+
+import torch
+
+# Maps next-token logits (V,) after ``prefix`` to what verification uses: the processed logits at
+# temperature 0 (drafters take their argmax) or the warped probabilities when sampling.
+TargetRule = Callable[[torch.Tensor, Sequence[int]], torch.Tensor]
+
+
+@dataclass
+class Draft:
+    """Proposed continuation: ``tokens`` and optional draft distributions ``probs`` ``(len, V)``."""
+
+    tokens: list[int]
+    probs: Optional[torch.Tensor] = None
+
+
+class Drafter(Protocol):
+    """Anything that guesses the next tokens cheaply."""
+
+    def propose(self, tokens: Sequence[int], k: int, rule: TargetRule) -> Draft:
+        """Propose at most ``k`` tokens following ``tokens`` (the full sequence, prompt included)."""
+        ...
+
+
+@dataclass
+class SpeculativeStats:
+    """Counters of one decoding run (or the sum over several)."""
+
+    target_passes: int = 0
+    draft_rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    generated: int = 0
+    proposed_at: list[int] = field(default_factory=list)
+    accepted_at: list[int] = field(default_factory=list)
+    decoder_seconds: float = 0.0
+
+    def record_round(self, drafted: int, accepted: int) -> None:
+        if drafted == 0:
+            return
+        self.draft_rounds += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        while len(self.proposed_at) < drafted:
+            self.proposed_at.append(0)
+            self.accepted_at.append(0)
+        for i in range(drafted):
+            self.proposed_at[i] += 1
+            if i < accepted:
+                self.accepted_at[i] += 1
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """Tokens emitted per verification pass that carried a draft: 1 + accepted / rounds."""
+        return 1.0 + self.accepted / self.draft_rounds if self.draft_rounds else 1.0
+
+    @property
+    def acceptance_rate_at(self) -> list[float]:
+        """Fraction of drafts whose token at position ``i`` was accepted, given it was proposed."""
+        return [a / p if p else 0.0 for a, p in zip(self.accepted_at, self.proposed_at)]
+
+    def merge(self, other: "SpeculativeStats") -> None:
+        self.target_passes += other.target_passes
+        self.generated += other.generated
+        self.decoder_seconds += other.decoder_seconds
+        for i in range(len(other.proposed_at)):
+            while len(self.proposed_at) <= i:
+                self.proposed_at.append(0)
+                self.accepted_at.append(0)
+            self.proposed_at[i] += other.proposed_at[i]
+            self.accepted_at[i] += other.accepted_at[i]
+        self.draft_rounds += other.draft_rounds
+        self.drafted += other.drafted
+        self.accepted += other.accepted
+
+    def as_dict(self) -> dict:
+        return {
+            "target_passes": self.target_passes,
+            "draft_rounds": self.draft_rounds,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "generated": self.generated,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "acceptance_rate_at": self.acceptance_rate_at,
+            "decoder_seconds": self.decoder_seconds,
+        }
+
+
+def verify_greedy(draft: Sequence[int], target_logits: torch.Tensor) -> tuple[int, int]:
+    """Greedy verification.
+
+    Args:
+      draft: ``m`` proposed tokens.
+      target_logits: ``(m + 1, V)`` processed target logits; row ``j`` scores the token after
+        ``draft[:j]``.
+
+    Returns:
+      ``(n_accepted, next_token)``: the accepted draft prefix length and the target's own next token.
+    """
+    best = target_logits.argmax(dim=-1).tolist()
+    n = 0
+    while n < len(draft) and draft[n] == best[n]:
+        n += 1
+    return n, best[n]
+
+
+def verify_sampling(
+    draft: Sequence[int],
+    draft_probs: Optional[torch.Tensor],
+    target_probs: torch.Tensor,
+    generator: Optional[torch.Generator] = None,
+) -> tuple[int, int]:
+    """Speculative-sampling verification (Leviathan et al. 2023; Chen et al. 2023).
+
+    Args:
+      draft: ``m`` proposed tokens.
+      draft_probs: ``(m, V)`` draft distributions ``q``, or ``None`` for one-hot drafts.
+      target_probs: ``(m + 1, V)`` target distributions ``p`` (after processors and warpers).
+      generator: random source (seed it for reproducible runs).
+
+    Returns:
+      ``(n_accepted, next_token)`` where ``next_token`` is the residual sample at the first
+      rejection, or a bonus sample from ``p`` after a fully accepted draft.
+    """
+    device = target_probs.device
+    for j, x in enumerate(draft):
+        p = target_probs[j]
+        if draft_probs is None:
+            q = torch.zeros_like(p)
+            q[x] = 1.0
+        else:
+            q = draft_probs[j].to(p.dtype)
+        qx = float(q[x])
+        ratio = 1.0 if qx <= 0.0 else min(1.0, float(p[x]) / qx)
+        u = float(torch.rand((), generator=generator, device=device, dtype=torch.float64))
+        if u < ratio:
+            continue
+        residual = torch.clamp(p - q, min=0.0)
+        mass = residual.sum()
+        if float(mass) <= 0.0:
+            # p == q exactly: rejection has probability 0; guard against rounding.
+            residual, mass = p, p.sum()
+        token = int(torch.multinomial(residual / mass, 1, generator=generator))
+        return j, token
+    bonus = int(torch.multinomial(target_probs[len(draft)], 1, generator=generator))
+    return len(draft), bonus

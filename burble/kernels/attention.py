@@ -1,0 +1,118 @@
+"""The one attention dispatch point of burble.
+
+Every attention call of the models and of the decoding core goes through :func:`attention`.
+On CPU (and whenever the Triton path does not support a shape) it runs PyTorch's
+``scaled_dot_product_attention``; on CUDA with ``backend="auto"`` or ``"triton"`` it runs burble's
+fused Triton kernels (``burble.kernels.triton_attention``) when they are available.
+
+Shapes follow SDPA: ``q`` is ``(B, H, Tq, D)``, ``k`` and ``v`` are ``(B, H, Tk, D)``.
+When ``Tq < Tk`` (decoding against a KV cache) the queries are the *last* ``Tq`` positions, so a
+causal mask is aligned to the bottom-right corner: query ``i`` sees keys ``0 .. Tk - Tq + i``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal, Optional
+
+import torch
+import torch.nn.functional as F
+
+Backend = Literal["auto", "torch", "triton"]
+
+_DEFAULT_BACKEND: Backend = os.environ.get("BURBLE_ATTENTION_BACKEND", "auto")  # type: ignore[assignment]
+
+
+def set_default_backend(backend: Backend) -> None:
+    """Choose the backend used when a call passes ``backend=None``."""
+    global _DEFAULT_BACKEND
+    if backend not in ("auto", "torch", "triton"):
+        raise ValueError(f"unknown attention backend {backend!r}")
+    _DEFAULT_BACKEND = backend
+
+
+def get_default_backend() -> Backend:
+    return _DEFAULT_BACKEND
+
+
+def causal_mask(q_len: int, k_len: int, *, device: torch.device | None = None) -> torch.Tensor:
+    """Boolean ``(q_len, k_len)`` mask, True where attention is allowed, aligned bottom-right."""
+    offset = k_len - q_len
+    rows = torch.arange(q_len, device=device).unsqueeze(1)
+    cols = torch.arange(k_len, device=device).unsqueeze(0)
+    return cols <= rows + offset
+
+
+def _torch_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: Optional[torch.Tensor],
+    is_causal: bool,
+    kv_lengths: Optional[torch.Tensor],
+    scale: Optional[float],
+) -> torch.Tensor:
+    q_len, k_len = q.shape[-2], k.shape[-2]
+    attn_mask = mask
+    if is_causal and q_len > 1:
+        if q_len == k_len and attn_mask is None and kv_lengths is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        causal = causal_mask(q_len, k_len, device=q.device)
+        attn_mask = _combine(attn_mask, causal, q.dtype)
+    if kv_lengths is not None:
+        keep = torch.arange(k_len, device=q.device)[None, :] < kv_lengths.to(q.device)[:, None]
+        attn_mask = _combine(attn_mask, keep[:, None, None, :], q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
+
+
+def _combine(mask: Optional[torch.Tensor], keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Merge a boolean keep-mask into an existing bool or additive mask."""
+    if mask is None:
+        return keep
+    if mask.dtype == torch.bool:
+        return mask & keep
+    return mask.masked_fill(~keep, float("-inf")).to(dtype)
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    mask: Optional[torch.Tensor] = None,
+    is_causal: bool = False,
+    kv_lengths: Optional[torch.Tensor] = None,
+    scale: Optional[float] = None,
+    backend: Optional[Backend] = None,
+) -> torch.Tensor:
+    """Scaled dot-product attention through burble's backend of choice.
+
+    Args:
+      q: queries ``(B, H, Tq, D)``.
+      k: keys ``(B, H, Tk, D)``.
+      v: values ``(B, H, Tk, D)``.
+      mask: optional mask broadcastable to ``(B, H, Tq, Tk)``; boolean (True = attend) or additive
+        float (e.g. a speculative tree mask with ``-inf`` for non-ancestors).
+      is_causal: apply a bottom-right aligned causal mask (query ``i`` sees keys up to
+        ``Tk - Tq + i``), which is what decoding against a KV cache needs.
+      kv_lengths: optional ``(B,)`` number of valid keys per batch row (the rest are ignored).
+      scale: softmax scale, default ``1/sqrt(D)``.
+      backend: ``"torch"`` (SDPA), ``"triton"`` (fused kernels, CUDA only) or ``"auto"``;
+        ``None`` uses the process default (``BURBLE_ATTENTION_BACKEND`` or :func:`set_default_backend`).
+
+    Returns:
+      ``(B, H, Tq, D)`` attention output in the dtype of ``q``.
+    """
+    backend = backend or _DEFAULT_BACKEND
+    if backend != "torch" and q.is_cuda:
+        from burble.kernels import triton_attention
+
+        if triton_attention.supports(q, k, v, mask=mask):
+            return triton_attention.attention(
+                q, k, v, mask=mask, is_causal=is_causal, kv_lengths=kv_lengths, scale=scale
+            )
+        if backend == "triton":
+            raise ValueError("the Triton attention kernels do not support this call (shape, dtype or mask)")
+    elif backend == "triton":
+        raise RuntimeError("backend='triton' needs CUDA tensors; use 'auto' or 'torch' on CPU")
+    return _torch_attention(q, k, v, mask, is_causal, kv_lengths, scale)
