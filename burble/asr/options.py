@@ -1,0 +1,73 @@
+"""Options of Whisper transcription (maps 1:1 onto ``burble transcribe`` flags)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class TranscribeOptions:
+    """How to transcribe one input.
+
+    Defaults follow faster-whisper / openai-whisper so results are comparable.
+
+    Attributes:
+      language: language code for multilingual models (``None``: English for now).
+      task: ``"transcribe"`` or ``"translate"``.
+      beam_size: 1 is greedy search; > 1 beam search at temperature 0.
+      best_of: samples drawn per window at temperature > 0 (the best one is kept).
+      patience: beam search patience factor.
+      length_penalty: ``None`` ranks hypotheses by mean log-probability.
+      temperatures: tried in order when a window fails the quality thresholds (fallback).
+      compression_ratio_threshold: gzip ratio above which a window counts as repetitive.
+      log_prob_threshold: average log-probability below which a window counts as failed.
+      no_speech_threshold: no-speech probability above which a low-confidence window is silence.
+      condition_on_previous_text: prompt each window with the text of the previous ones.
+      prompt_reset_on_temperature: stop conditioning after a window needed this temperature.
+      initial_prompt: text prompted before the first window.
+      suppress_blank: forbid a blank first token.
+      suppress_tokens: ``(-1,)`` is Whisper's default non-speech symbol set.
+      without_timestamps: decode text only (one segment per window).
+      max_initial_timestamp: the first timestamp of a window is at most this many seconds.
+      word_timestamps: align words with cross-attention (DTW) and return them per segment.
+      speculative: ``off``, ``ngram`` (prompt lookup), ``self`` (early-exit self-draft) or ``auto``.
+      draft_length: tokens per speculative draft.
+      draft_layers: decoder layers the early-exit self-draft uses.
+      max_new_tokens: per window (default: half of the text context, like CTranslate2).
+    """
+
+    language: Optional[str] = None
+    task: str = "transcribe"
+    beam_size: int = 5
+    best_of: int = 5
+    patience: float = 1.0
+    length_penalty: Optional[float] = None
+    temperatures: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    compression_ratio_threshold: Optional[float] = 2.4
+    log_prob_threshold: Optional[float] = -1.0
+    no_speech_threshold: Optional[float] = 0.6
+    condition_on_previous_text: bool = True
+    prompt_reset_on_temperature: float = 0.5
+    initial_prompt: Optional[str] = None
+    suppress_blank: bool = True
+    suppress_tokens: tuple[int, ...] = (-1,)
+    without_timestamps: bool = False
+    max_initial_timestamp: float = 1.0
+    word_timestamps: bool = False
+    prepend_punctuations: str = "\"'“¿([{-"
+    append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
+    speculative: str = "off"
+    draft_length: int = 4
+    draft_layers: int = 1
+    max_new_tokens: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1 or self.best_of < 1:
+            raise ValueError("beam_size and best_of must be >= 1")
+        if not self.temperatures:
+            raise ValueError("give at least one temperature")
+        if self.speculative not in ("off", "ngram", "self", "auto"):
+            raise ValueError(f"speculative must be off, ngram, self or auto, not {self.speculative!r}")
+        if self.task not in ("transcribe", "translate"):
+            raise ValueError("task must be 'transcribe' or 'translate'")

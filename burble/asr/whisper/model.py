@@ -1,0 +1,255 @@
+"""Whisper in PyTorch: audio encoder, text decoder, and the decoder bound to one audio.
+
+Parameter names follow OpenAI's checkpoints (``encoder.blocks.0.attn.query.weight``...), so an
+OpenAI ``.pt`` state dict loads as is and the other loaders (CTranslate2, Hugging Face) map onto
+the same names. Every attention call goes through :func:`burble.kernels.attention.attention`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from burble.decoding.kv_cache import KVCache
+from burble.kernels.attention import attention
+
+
+@dataclass(frozen=True)
+class WhisperDims:
+    n_mels: int
+    n_audio_ctx: int
+    n_audio_state: int
+    n_audio_head: int
+    n_audio_layer: int
+    n_vocab: int
+    n_text_ctx: int
+    n_text_state: int
+    n_text_head: int
+    n_text_layer: int
+
+    @property
+    def multilingual(self) -> bool:
+        return self.n_vocab >= 51865
+
+
+class LayerNorm(nn.LayerNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.float()).type(x.dtype)
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, n_state: int, n_head: int) -> None:
+        super().__init__()
+        self.n_head = n_head
+        self.query = nn.Linear(n_state, n_state)
+        self.key = nn.Linear(n_state, n_state, bias=False)
+        self.value = nn.Linear(n_state, n_state)
+        self.out = nn.Linear(n_state, n_state)
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, state = x.shape
+        return x.view(batch, length, self.n_head, state // self.n_head).transpose(1, 2)
+
+    def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
+        batch, _, length, _ = x.shape
+        return x.transpose(1, 2).reshape(batch, length, -1)
+
+    def project_kv(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.split_heads(self.key(source)), self.split_heads(self.value(source))
+
+
+class ResidualAttentionBlock(nn.Module):
+    def __init__(self, n_state: int, n_head: int, cross_attention: bool = False) -> None:
+        super().__init__()
+        self.attn = MultiHeadAttention(n_state, n_head)
+        self.attn_ln = LayerNorm(n_state)
+        self.cross_attn = MultiHeadAttention(n_state, n_head) if cross_attention else None
+        self.cross_attn_ln = LayerNorm(n_state) if cross_attention else None
+        n_mlp = n_state * 4
+        self.mlp = nn.Sequential(nn.Linear(n_state, n_mlp), nn.GELU(), nn.Linear(n_mlp, n_state))
+        self.mlp_ln = LayerNorm(n_state)
+
+    def forward_encoder(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.attn_ln(x)
+        q, k, v = (self.attn.split_heads(p(h)) for p in (self.attn.query, self.attn.key, self.attn.value))
+        x = x + self.attn.out(self.attn.merge_heads(attention(q, k, v)))
+        return x + self.mlp(self.mlp_ln(x))
+
+    def forward_decoder(
+        self,
+        x: torch.Tensor,
+        cache: KVCache,
+        layer: int,
+        start: int,
+        attn_mask: Optional[torch.Tensor] = None,
+        capture_heads: Optional[list[int]] = None,
+    ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        h = self.attn_ln(x)
+        q = self.attn.split_heads(self.attn.query(h))
+        k, v = self.attn.project_kv(h)
+        k_all, v_all = cache.write(layer, start, k, v)
+        out = attention(q, k_all, v_all, is_causal=attn_mask is None, mask=attn_mask)
+        x = x + self.attn.out(self.attn.merge_heads(out))
+
+        assert self.cross_attn is not None and self.cross_attn_ln is not None
+        h = self.cross_attn_ln(x)
+        q = self.cross_attn.split_heads(self.cross_attn.query(h))
+        ck, cv = cache.cross[layer]
+        if ck.shape[0] != q.shape[0]:
+            ck, cv = ck.expand(q.shape[0], -1, -1, -1), cv.expand(q.shape[0], -1, -1, -1)
+        x = x + self.cross_attn.out(self.cross_attn.merge_heads(attention(q, ck, cv)))
+        weights = None
+        if capture_heads:
+            # Word timing needs the cross-attention *weights* of a few alignment heads; the fused
+            # op returns only outputs, so those heads' softmax(QK^T) is computed on the side.
+            qh, kh = q[:, capture_heads], ck[:, capture_heads]
+            weights = (qh @ kh.transpose(-1, -2)).float() * qh.shape[-1] ** -0.5  # pre-softmax scores
+        return x + self.mlp(self.mlp_ln(x)), weights
+
+
+class AudioEncoder(nn.Module):
+    def __init__(self, dims: WhisperDims) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv1d(dims.n_mels, dims.n_audio_state, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(dims.n_audio_state, dims.n_audio_state, kernel_size=3, stride=2, padding=1)
+        # Stored, not recomputed: converted checkpoints carry the exact table the model was trained with.
+        self.register_buffer("positional_embedding", torch.zeros(dims.n_audio_ctx, dims.n_audio_state))
+        self.blocks = nn.ModuleList(
+            ResidualAttentionBlock(dims.n_audio_state, dims.n_audio_head) for _ in range(dims.n_audio_layer)
+        )
+        self.ln_post = LayerNorm(dims.n_audio_state)
+
+    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+        """``mel`` ``(B, n_mels, 3000)`` -> audio states ``(B, 1500, n_audio_state)``."""
+        x = F.gelu(self.conv1(mel))
+        x = F.gelu(self.conv2(x)).permute(0, 2, 1)
+        if x.shape[1] > self.positional_embedding.shape[0]:
+            raise ValueError(f"audio too long for the encoder: {x.shape[1]} frames")
+        x = x + self.positional_embedding[: x.shape[1]].to(x.dtype)
+        for block in self.blocks:
+            x = block.forward_encoder(x)
+        return self.ln_post(x)
+
+
+class TextDecoder(nn.Module):
+    def __init__(self, dims: WhisperDims) -> None:
+        super().__init__()
+        self.dims = dims
+        self.token_embedding = nn.Embedding(dims.n_vocab, dims.n_text_state)
+        self.positional_embedding = nn.Parameter(torch.zeros(dims.n_text_ctx, dims.n_text_state))
+        self.blocks = nn.ModuleList(
+            ResidualAttentionBlock(dims.n_text_state, dims.n_text_head, cross_attention=True)
+            for _ in range(dims.n_text_layer)
+        )
+        self.ln = LayerNorm(dims.n_text_state)
+
+    def cross_kv(self, audio_features: torch.Tensor, num_layers: Optional[int] = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        blocks = self.blocks[: num_layers or len(self.blocks)]
+        return [block.cross_attn.project_kv(audio_features) for block in blocks]  # type: ignore[union-attr]
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        cache: KVCache,
+        *,
+        num_layers: Optional[int] = None,
+        attn_mask: Optional[torch.Tensor] = None,
+        capture: Optional[dict[int, list[int]]] = None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Decode ``tokens`` ``(B, T)`` after ``cache.length`` cached positions.
+
+        Args:
+          num_layers: run only the first layers (early-exit self-drafting); final norm and output
+            projection are shared with the full model.
+          attn_mask: explicit self-attention mask over ``[0, start+T)`` instead of causal.
+          capture: ``{layer: [heads]}`` whose scaled cross-attention scores (pre-softmax) to return.
+
+        Returns:
+          ``(logits (B, T, V) float32, captured weights)``.
+        """
+        start = cache.length
+        length = tokens.shape[1]
+        if start + length > self.positional_embedding.shape[0]:
+            raise ValueError(f"text context is limited to {self.positional_embedding.shape[0]} tokens")
+        x = self.token_embedding(tokens) + self.positional_embedding[start : start + length]
+        captured: list[torch.Tensor] = []
+        for layer, block in enumerate(self.blocks[: num_layers or len(self.blocks)]):
+            heads = capture.get(layer) if capture else None
+            x, weights = block.forward_decoder(x, cache, layer, start, attn_mask, heads)
+            if weights is not None:
+                captured.append(weights)
+        x = self.ln(x)
+        logits = (x @ self.token_embedding.weight.to(x.dtype).T).float()
+        cache.length = start + length
+        return logits, captured
+
+
+class Whisper(nn.Module):
+    def __init__(self, dims: WhisperDims) -> None:
+        super().__init__()
+        self.dims = dims
+        self.encoder = AudioEncoder(dims)
+        self.decoder = TextDecoder(dims)
+        # (layer, head) pairs whose cross-attention follows the audio (for word timestamps).
+        self.alignment_heads: list[tuple[int, int]] = [
+            (layer, head) for layer in range(dims.n_text_layer // 2, dims.n_text_layer) for head in range(dims.n_text_head)
+        ]
+
+    @property
+    def device(self) -> torch.device:
+        return self.decoder.token_embedding.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.decoder.token_embedding.weight.dtype
+
+    def embed_audio(self, mel: torch.Tensor) -> torch.Tensor:
+        return self.encoder(mel.to(self.dtype))
+
+
+class WhisperTextModel:
+    """Whisper's decoder bound to encoded audio: an ``AutoregressiveModel`` for the decoding core.
+
+    Args:
+      model: the Whisper model.
+      audio_features: ``(1 or B, 1500, D)`` encoder output (batch 1 is shared by every row).
+      num_layers: use only the first layers (the early-exit self-draft view of the same weights).
+    """
+
+    def __init__(self, model: Whisper, audio_features: torch.Tensor, num_layers: Optional[int] = None) -> None:
+        self.model = model
+        self.audio_features = audio_features
+        self.num_layers = num_layers or model.dims.n_text_layer
+        self.vocab_size = model.dims.n_vocab
+        self._cross = model.decoder.cross_kv(audio_features, self.num_layers)
+
+    def early_exit(self, num_layers: int) -> "WhisperTextModel":
+        """A view that drafts with the first ``num_layers`` layers (no extra weights)."""
+        view = WhisperTextModel.__new__(WhisperTextModel)
+        view.model, view.audio_features, view.vocab_size = self.model, self.audio_features, self.vocab_size
+        view.num_layers = num_layers
+        view._cross = self._cross[:num_layers]
+        return view
+
+    def new_cache(self, batch_size: int, max_length: int) -> KVCache:
+        dims = self.model.dims
+        cache = KVCache.allocate(
+            num_layers=self.num_layers,
+            batch_size=batch_size,
+            num_heads=dims.n_text_head,
+            head_dim=dims.n_text_state // dims.n_text_head,
+            max_length=min(max_length, dims.n_text_ctx),
+            dtype=self.model.dtype,
+            device=self.model.device,
+        )
+        cache.cross = list(self._cross)
+        return cache
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        logits, _ = self.model.decoder(tokens, cache, num_layers=self.num_layers)
+        return logits

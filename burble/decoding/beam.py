@@ -1,0 +1,136 @@
+"""Beam search over any :class:`~burble.decoding.model.AutoregressiveModel`.
+
+The beams of one prompt are rows of one batch; every step runs the logits-processor chain (so
+timestamp rules, shallow fusion and phrase boosting steer beam search exactly as they steer greedy
+decoding), keeps the ``beam_size`` best unfinished continuations, moves finished ones aside, and
+reorders the KV cache rows. Finished hypotheses are ranked by length-normalised log-probability.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from burble.decoding.generate import GenerationResult, _ProbeRecorder
+from burble.decoding.logits import LogitsProcessor, apply_processors
+from burble.decoding.model import AutoregressiveModel
+from burble.decoding.options import DecodingOptions
+from burble.decoding.speculative import SpeculativeStats
+
+
+def length_normalised_score(sum_logprob: float, length: int, length_penalty: Optional[float]) -> float:
+    """Ranking score: mean log-probability, or Google NMT's ``((5 + L) / 6) ** alpha`` penalty."""
+    penalty = length if length_penalty is None else ((5 + length) / 6) ** length_penalty
+    return sum_logprob / max(penalty, 1e-9)
+
+
+def beam_search(
+    model: AutoregressiveModel,
+    prompt: torch.Tensor,
+    options: DecodingOptions,
+    *,
+    processors: Sequence[LogitsProcessor] = (),
+    probe_index: Optional[int] = None,
+) -> GenerationResult:
+    """Beam search for one prompt ``(1, T0)``; returns the best hypothesis (batch of one).
+
+    Args:
+      model: the target model.
+      prompt: ``(1, T0)`` token ids.
+      options: ``beam_size``, ``patience``, ``length_penalty``, ``max_new_tokens``, ``eos_token_id``.
+      processors: the logits-processor chain.
+      probe_index: absolute position whose raw logits to return (from the first beam).
+    """
+    if prompt.shape[0] != 1:
+        raise ValueError("beam_search() takes one prompt; batch prompts by calling it per item")
+    eos = options.eos_token_id
+    if eos is None:
+        raise ValueError("beam search needs an end-of-sequence token")
+    started = time.perf_counter()
+    stats = SpeculativeStats()
+    beam = options.beam_size
+    prompt_len = prompt.shape[1]
+    cache = model.new_cache(1, prompt_len + options.max_new_tokens + 1)
+    probe = _ProbeRecorder(probe_index)
+    if prompt_len > 1:
+        probe.see(0, model.forward(prompt[:, :-1], cache))
+        stats.target_passes += 1
+    cache.reorder(torch.zeros(beam, dtype=torch.long))
+    sequences = prompt.repeat(beam, 1)
+    sum_logprobs = torch.zeros(beam, dtype=torch.float64)
+    # Before the first step all rows are the same hypothesis: count it once.
+    sum_logprobs[1:] = float("-inf")
+    token_logprobs: list[list[float]] = [[] for _ in range(beam)]
+    finished: list[tuple[float, list[int], list[float]]] = []
+    max_finished = round(beam * options.patience)
+
+    for _step in range(options.max_new_tokens):
+        start = cache.length
+        logits = model.forward(sequences[:, -1:], cache)[:, -1]
+        stats.target_passes += 1
+        probe.see(start, logits[:1, None])
+        apply_processors(processors, logits, sequences)
+        logprobs = F.log_softmax(logits.float(), dim=-1).double()
+        scores = sum_logprobs[:, None] + logprobs
+        top_scores, top_tokens = scores.topk(beam + 1, dim=-1)
+        candidates = sorted(
+            ((float(top_scores[r, j]), r, int(top_tokens[r, j])) for r in range(beam) for j in range(beam + 1)),
+            key=lambda c: -c[0],
+        )
+        keep_rows: list[int] = []
+        keep_tokens: list[int] = []
+        keep_scores: list[float] = []
+        keep_logprobs: list[list[float]] = []
+        for score, row, token in candidates:
+            if score == float("-inf"):
+                break
+            step_lp = float(logprobs[row, token])
+            if token == eos:
+                if len(finished) < max_finished:
+                    generated = sequences[row, prompt_len:].tolist()
+                    finished.append((score, generated, token_logprobs[row] + [step_lp]))
+            elif len(keep_rows) < beam:
+                keep_rows.append(row)
+                keep_tokens.append(token)
+                keep_scores.append(score)
+                keep_logprobs.append(token_logprobs[row] + [step_lp])
+            if len(keep_rows) >= beam and len(finished) >= max_finished:
+                break
+        if len(finished) >= max_finished or not keep_rows:
+            break
+        while len(keep_rows) < beam:  # fewer live candidates than beams: pad with dead rows
+            keep_rows.append(keep_rows[0])
+            keep_tokens.append(keep_tokens[0])
+            keep_scores.append(float("-inf"))
+            keep_logprobs.append(list(keep_logprobs[0]))
+        index = torch.tensor(keep_rows)
+        cache.reorder(index)
+        sequences = torch.cat([sequences[index], torch.tensor(keep_tokens)[:, None].to(sequences.device)], dim=1)
+        sum_logprobs = torch.tensor(keep_scores, dtype=torch.float64)
+        token_logprobs = keep_logprobs
+        if cache.length + 1 >= cache.max_length:
+            break
+
+    unfinished = not finished
+    if unfinished:
+        finished = [
+            (float(sum_logprobs[r]), sequences[r, prompt_len:].tolist(), token_logprobs[r])
+            for r in range(beam)
+            if sum_logprobs[r] != float("-inf")
+        ]
+    best = max(
+        finished,
+        key=lambda f: length_normalised_score(f[0], len(f[1]), options.length_penalty),
+    )
+    stats.generated = len(best[1])
+    stats.decoder_seconds = time.perf_counter() - started
+    return GenerationResult(
+        tokens=[best[1]],
+        token_logprobs=[best[2]],
+        finished=[not unfinished],
+        probe_logits=probe.logits,
+        stats=stats,
+    )
