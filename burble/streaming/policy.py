@@ -1,0 +1,201 @@
+"""Commit policy for re-decoding streaming ASR: LocalAgreement-n, and where to trim the audio window.
+
+A streaming recognizer re-decodes its uncommitted audio window every chunk and gets a new word
+hypothesis each time. Words at the end of the window are unstable (the speaker is mid-word, the
+model lacks right context). LocalAgreement-n (Machacek et al., 2023, "Turning Whisper into
+Real-Time Transcription System") commits the longest prefix on which the last ``n`` consecutive
+hypotheses agree, beyond what is already committed; ``n = 2`` is the usual choice.
+
+Hypotheses carry absolute word times. After the recognizer trims committed audio, its window
+starts at the trim time, but a new hypothesis may still repeat committed words near the boundary
+(the trim point, word timings and the prompt are not exact), so ``insert`` first removes words
+that lie before the last committed end and an n-gram overlap with the committed tail.
+
+Words are compared after ``normalize_word``: case-, whitespace- and punctuation-insensitive, so
+" Hello," and " hello" agree.
+
+The recognizer can drop committed audio at ``find_trim_time``: the end of the last committed
+sentence or Whisper segment, which keeps the window (and latency) bounded.
+
+This module is pure logic: no audio, no model, no clock.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections import deque
+from typing import Iterable, Optional, Sequence
+
+from burble.streaming.events import Word
+
+SENTENCE_END_CHARS = frozenset(".?!。？！…")
+
+
+def normalize_word(word: str) -> str:
+    """Lower-case, drop punctuation/symbols and whitespace: ``" Hello,"`` -> ``"hello"``."""
+    return "".join(
+        ch
+        for ch in unicodedata.normalize("NFKC", word).casefold()
+        if not ch.isspace() and unicodedata.category(ch)[0] not in "PS"
+    )
+
+
+def _keys(words: Iterable[Word]) -> list[str]:
+    return [normalize_word(w.word) for w in words]
+
+
+def common_prefix_length(*hypotheses: Sequence[Word]) -> int:
+    """Number of leading words (normalised) all hypotheses share."""
+    if not hypotheses:
+        return 0
+    keys = [_keys(h) for h in hypotheses]
+    n = 0
+    for column in zip(*keys):
+        if any(k != column[0] for k in column[1:]):
+            break
+        n += 1
+    return n
+
+
+class LocalAgreement:
+    """Commit the prefix confirmed by ``n`` consecutive hypotheses.
+
+    Memory is bounded: the policy keeps only the last ``n`` uncommitted tails and the last
+    ``max_overlap`` committed words (the caller receives every committed word once, from
+    ``insert`` and ``flush``, and keeps what it needs).
+
+    Args:
+      n: number of consecutive hypotheses that must agree (2 = LocalAgreement-2).
+      max_overlap: longest run of already committed words to look for at the start of a new
+        hypothesis (re-decoded words near the trim point).
+      time_tolerance: a hypothesis word starting more than this many seconds before the end of
+        the last committed word is a re-decode of committed audio and is dropped.
+    """
+
+    def __init__(self, n: int = 2, *, max_overlap: int = 5, time_tolerance: float = 0.2) -> None:
+        if n < 1:
+            raise ValueError("n must be >= 1")
+        if max_overlap < 0:
+            raise ValueError("max_overlap must be >= 0")
+        self.n = n
+        self.max_overlap = max_overlap
+        self.time_tolerance = time_tolerance
+        self._tails: deque[list[Word]] = deque(maxlen=n)
+        self._committed_tail: deque[Word] = deque(maxlen=max(1, max_overlap))
+        self.committed_count = 0
+        self.last_committed_end: Optional[float] = None
+
+    # ------------------------------------------------------------------------------- accessors
+    @property
+    def tentative(self) -> list[Word]:
+        """The uncommitted tail of the newest hypothesis (what a ``partial`` event shows)."""
+        return list(self._tails[-1]) if self._tails else []
+
+    @property
+    def committed_tail(self) -> list[Word]:
+        """The last (up to ``max_overlap``) committed words."""
+        return list(self._committed_tail)
+
+    # ------------------------------------------------------------------------------- updating
+    def strip_committed(self, hypothesis: Sequence[Word]) -> list[Word]:
+        """Remove the part of ``hypothesis`` that re-decodes already committed words."""
+        words = list(hypothesis)
+        if self.last_committed_end is None:
+            return words
+        limit = self.last_committed_end - self.time_tolerance
+        words = [w for w in words if w.start >= limit]
+        if not words or words[0].start > self.last_committed_end + 1.0:
+            return words  # far from the boundary: a repeat there is real speech, keep it
+        tail = _keys(self._committed_tail)
+        head = _keys(words[: self.max_overlap])
+        for k in range(min(len(tail), len(head)), 0, -1):
+            if tail[-k:] == head[:k]:
+                return words[k:]
+        return words
+
+    def insert(self, hypothesis: Sequence[Word]) -> list[Word]:
+        """Add the newest full hypothesis (absolute times); return the words it commits.
+
+        Args:
+          hypothesis: words of the whole current window, oldest first.
+
+        Returns:
+          newly committed words (possibly empty), with the newest hypothesis's timings.
+        """
+        tail = self.strip_committed(hypothesis)
+        self._tails.append(tail)
+        if len(self._tails) < self.n:
+            return []
+        k = common_prefix_length(*self._tails)
+        return self._commit(k)
+
+    def flush(self) -> list[Word]:
+        """Commit the whole tentative tail (endpoint or end of stream) and forget hypotheses."""
+        k = len(self._tails[-1]) if self._tails else 0
+        words = self._commit(k)
+        self._tails.clear()
+        return words
+
+    def reset(self) -> None:
+        """Forget everything (a new, unrelated stream)."""
+        self._tails.clear()
+        self._committed_tail.clear()
+        self.committed_count = 0
+        self.last_committed_end = None
+
+    def _commit(self, k: int) -> list[Word]:
+        if k == 0:
+            return []
+        newest = self._tails[-1]
+        words = newest[:k]
+        for t in self._tails:
+            del t[:k]
+        self._committed_tail.extend(words)
+        self.committed_count += len(words)
+        self.last_committed_end = max(
+            words[-1].end, self.last_committed_end if self.last_committed_end is not None else -1.0
+        )
+        return words
+
+
+def ends_sentence(word: Word) -> bool:
+    """Whether the word closes a sentence (its text ends with ``.``, ``?``, ``!`` ...)."""
+    text = word.word.rstrip().rstrip("\"')]}»”’")
+    return bool(text) and text[-1] in SENTENCE_END_CHARS
+
+
+def find_trim_time(
+    committed: Sequence[Word],
+    *,
+    window_start: float,
+    segment_ends: Sequence[float] = (),
+    force: bool = False,
+) -> Optional[float]:
+    """Where the recognizer may cut its audio window: after the last finished, committed unit.
+
+    Candidates are the ends of committed words that close a sentence and the ends of Whisper
+    segments that lie within the committed text (not after its last committed word). The latest
+    candidate after ``window_start`` wins.
+
+    Args:
+      committed: committed words of the current window (absolute times), oldest first.
+      window_start: audio time (s) where the window currently starts; only later points count.
+      segment_ends: end times (s) of the segments of the last decode.
+      force: when no sentence/segment boundary exists, fall back to the end of the last
+        committed word (use when the window grows too long, e.g. past ~15-20 s of audio).
+
+    Returns:
+      the trim time in seconds, or ``None`` when the window should not be trimmed yet.
+    """
+    if not committed:
+        return None
+    committed_end = committed[-1].end
+    eps = 1e-6
+    candidates = [w.end for w in committed if ends_sentence(w)]
+    candidates += [t for t in segment_ends if t <= committed_end + eps]
+    candidates = [t for t in candidates if t > window_start + eps]
+    if candidates:
+        return max(candidates)
+    if force and committed_end > window_start + eps:
+        return committed_end
+    return None

@@ -1,0 +1,257 @@
+"""The standard pipeline stages and the interfaces between them.
+
+Every stage has the same two coroutines (``Stage``): ``process(items) -> items`` and
+``flush() -> items``. Items are ``AudioChunk`` (16 kHz audio with its absolute start index),
+``Endpoint`` (an utterance ended) or ``StreamEvent`` (a result); a stage consumes the kinds it
+understands and passes the others through in order.
+
+- ``VADStage``: audio -> speech-only audio + ``Endpoint``s (``StreamingVAD``).
+- ``RecognizerStage``: speech audio + endpoints -> ``StreamEvent``s, calling a ``Recognizer``
+  in a worker thread.
+- ``SinkStage``: events -> sinks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Protocol, Sequence, Union, runtime_checkable
+
+import numpy as np
+
+from burble.streaming.events import StreamEvent
+from burble.streaming.ring_buffer import RingBuffer
+from burble.streaming.sinks import Sink
+from burble.streaming.sources import SAMPLE_RATE, AudioChunk
+from burble.streaming.vad import StreamingVAD, VADEvent
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """The current utterance ended at absolute sample ``at_sample`` (exclusive).
+
+    Attributes:
+      at_sample: where the utterance's audio ends.
+      reason: the VAD rule (``silence``, ``no_speech``, ``max_length``), ``gap`` (audio was lost)
+        or ``end_of_stream``.
+    """
+
+    at_sample: int
+    reason: str = "silence"
+
+
+Item = Union[AudioChunk, Endpoint, StreamEvent]
+
+
+@runtime_checkable
+class Stage(Protocol):
+    """One step of the pipeline."""
+
+    async def process(self, items: list[Item]) -> list[Item]:
+        """Consume the items this stage understands, return its outputs plus the rest, in order."""
+        ...
+
+    async def flush(self) -> list[Item]:
+        """End of stream: return whatever the stage still holds."""
+        ...
+
+
+class Recognizer(Protocol):
+    """A streaming recognizer (implemented in ``burble.streaming.recognizer``).
+
+    All methods run in a worker thread, one call at a time, in stream order. Events may leave
+    ``emitted_at`` as ``None``: the loop stamps it.
+    """
+
+    def accept(self, audio: np.ndarray, start_sample: int) -> list[StreamEvent]:
+        """New 16 kHz float32 speech audio whose first sample has absolute index ``start_sample``.
+
+        Consecutive calls within an utterance are contiguous. May take seconds.
+        """
+        ...
+
+    def endpoint(self, at_sample: int) -> list[StreamEvent]:
+        """The utterance ended at ``at_sample``: commit everything, then start a new utterance."""
+        ...
+
+    def flush(self) -> list[StreamEvent]:
+        """End of stream: commit everything still pending."""
+        ...
+
+
+# ------------------------------------------------------------------------------------ stages
+class VADStage:
+    """AudioChunk -> speech-only AudioChunks and Endpoints (drops audio outside utterances).
+
+    Forwards each utterance's audio (from its pre-roll start) as soon as the VAD is sure it
+    belongs to the utterance, contiguous within the utterance, and an ``Endpoint`` at its end.
+    A jump in chunk indices (lost audio) closes the open utterance with reason ``gap``.
+
+    Args:
+      vad: the streaming VAD.
+      piece_seconds: audio handled per VAD step (bounds the look-back history it needs).
+    """
+
+    def __init__(self, vad: StreamingVAD, *, piece_seconds: float = 2.0) -> None:
+        self.vad = vad
+        self._piece = int(piece_seconds * SAMPLE_RATE)
+        history = piece_seconds + vad.options.lookback_seconds + 1.0
+        self.history = RingBuffer.from_seconds(history, sample_rate=SAMPLE_RATE, name="VAD history")
+        self._expected: Optional[int] = None
+        self._fed = 0
+        self.utterances = 0
+
+    async def process(self, items: list[Item]) -> list[Item]:
+        out: list[Item] = []
+        for item in items:
+            if isinstance(item, AudioChunk):
+                self._audio(item, out)
+            elif isinstance(item, Endpoint):
+                # Upstream says audio is missing (or ended): the VAD owns utterance boundaries, so
+                # it closes its open utterance (if any) and emits the one Endpoint downstream.
+                self._handle(self.vad.flush(reason=item.reason), out)  # type: ignore[arg-type]
+            else:
+                out.append(item)
+        return out
+
+    async def flush(self) -> list[Item]:
+        out: list[Item] = []
+        self._handle(self.vad.flush(), out)
+        return out
+
+    def _audio(self, chunk: AudioChunk, out: list[Item]) -> None:
+        if self._expected is None:
+            self._expected = chunk.start
+            self.vad.reset(chunk.start)
+            self.history.fill_gap(chunk.start)  # align history indices with stream indices
+        elif chunk.start > self._expected:
+            self._handle(self.vad.flush(reason="gap"), out)
+            self.vad.reset(chunk.start)
+            self.history.fill_gap(chunk.start - self._expected)
+        elif chunk.start < self._expected:
+            raise ValueError(f"audio chunk starts at {chunk.start}, before the expected {self._expected}")
+        for i in range(0, len(chunk.samples), self._piece):
+            piece = chunk.samples[i : i + self._piece]
+            self.history.write(piece)
+            self._handle(self.vad.process(piece), out)
+        self._expected = chunk.end
+
+    def _handle(self, events: list[VADEvent], out: list[Item]) -> None:
+        for ev in events:
+            if ev.kind == "start":
+                self._fed = ev.sample
+                self.utterances += 1
+            else:
+                self._forward(ev.sample, out)
+                out.append(Endpoint(ev.sample, ev.reason or "silence"))
+        if self.vad.in_utterance:
+            end = self.vad.speech_end
+            assert end is not None
+            self._forward(end, out)
+
+    def _forward(self, end: int, out: list[Item]) -> None:
+        start = self._fed
+        if start < self.history.start_index:
+            # Cannot happen with the history sized from the VAD options; never hide it if it does.
+            logger.warning("VAD history too short: losing %d samples of speech", self.history.start_index - start)
+            start = self.history.start_index
+        if end > start:
+            out.append(AudioChunk(self.history.read(start, end - start), start))
+            self._fed = end
+
+
+class RecognizerStage:
+    """Speech AudioChunks and Endpoints -> StreamEvents, by calling a ``Recognizer`` in a thread.
+
+    Args:
+      recognizer: the streaming recognizer.
+      chunk_seconds: gather at least this much speech audio per ``accept`` call (endpoints and
+        the end of the stream pass on whatever is pending).
+
+    Attributes:
+      calls: recognizer calls made (accept, endpoint, flush).
+      busy_seconds: wall time spent inside the recognizer.
+      audio_seconds: speech audio given to ``accept``.
+    """
+
+    def __init__(self, recognizer: Recognizer, *, chunk_seconds: float = 1.0) -> None:
+        if chunk_seconds <= 0:
+            raise ValueError("chunk_seconds must be > 0")
+        self.recognizer = recognizer
+        self._chunk = int(round(chunk_seconds * SAMPLE_RATE))
+        self._pending: list[AudioChunk] = []
+        self.calls = 0
+        self.busy_seconds = 0.0
+        self.audio_seconds = 0.0
+
+    @property
+    def pending_samples(self) -> int:
+        return sum(len(c) for c in self._pending)
+
+    async def _call(self, fn: Callable[..., list[StreamEvent]], *args: int | np.ndarray) -> list[Item]:
+        t = time.perf_counter()
+        events = await asyncio.to_thread(fn, *args)
+        self.busy_seconds += time.perf_counter() - t
+        self.calls += 1
+        return list(events)
+
+    async def _accept(self) -> list[Item]:
+        if not self._pending:
+            return []
+        chunks, self._pending = self._pending, []
+        audio = chunks[0].samples if len(chunks) == 1 else np.concatenate([c.samples for c in chunks])
+        self.audio_seconds += len(audio) / SAMPLE_RATE
+        return await self._call(self.recognizer.accept, audio, chunks[0].start)
+
+    async def process(self, items: list[Item]) -> list[Item]:
+        out: list[Item] = []
+        for item in items:
+            if isinstance(item, AudioChunk):
+                if len(item) == 0:
+                    continue
+                if self._pending and item.start != self._pending[-1].end:
+                    out += await self._accept()  # not contiguous: never glue separate audio
+                self._pending.append(item)
+            elif isinstance(item, Endpoint):
+                out += await self._accept()
+                out += await self._call(self.recognizer.endpoint, item.at_sample)
+            else:
+                out.append(item)
+        if self.pending_samples >= self._chunk:
+            out += await self._accept()
+        return out
+
+    async def flush(self) -> list[Item]:
+        out = await self._accept()
+        out += await self._call(self.recognizer.flush)
+        return out
+
+
+class SinkStage:
+    """StreamEvents -> sinks (terminal, JSON lines, SRT, a socket ...). Passes other items on."""
+
+    def __init__(self, sinks: Sequence[Sink]) -> None:
+        self.sinks = list(sinks)
+
+    async def process(self, items: list[Item]) -> list[Item]:
+        rest: list[Item] = []
+        for item in items:
+            if isinstance(item, StreamEvent):
+                for sink in self.sinks:
+                    sink.write(item)
+            else:
+                rest.append(item)
+        return rest
+
+    async def flush(self) -> list[Item]:
+        return []
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+

@@ -1,0 +1,120 @@
+from burble.streaming.events import Word
+from burble.streaming.policy import (
+    LocalAgreement,
+    common_prefix_length,
+    ends_sentence,
+    find_trim_time,
+    normalize_word,
+)
+
+
+def hyp(text: str, start: float = 0.0, step: float = 0.5) -> list[Word]:
+    """Words at fixed times: word i spans [start + i*step, start + (i+1)*step)."""
+    return [Word(" " + w, start + i * step, start + (i + 1) * step) for i, w in enumerate(text.split())]
+
+
+def texts(words: list[Word]) -> list[str]:
+    return [w.word.strip() for w in words]
+
+
+def test_normalize_word():
+    assert normalize_word(" Hello,") == "hello"
+    assert normalize_word("WORLD!") == "world"
+    assert normalize_word(" don't") == "dont"
+    assert normalize_word(" «Ça»") == "ça"
+    assert normalize_word(" ...") == ""
+
+
+def test_common_prefix_is_case_and_punctuation_insensitive():
+    assert common_prefix_length(hyp("the cat sat"), hyp("The cat, sits")) == 2
+    assert common_prefix_length(hyp("a b"), hyp("a b"), hyp("a c")) == 1
+    assert common_prefix_length(hyp("x"), []) == 0
+
+
+def test_local_agreement_2_commits_confirmed_prefix_only():
+    la = LocalAgreement(2)
+    assert la.insert(hyp("the quick")) == []  # one hypothesis confirms nothing
+    assert texts(la.tentative) == ["the", "quick"]
+    assert texts(la.insert(hyp("the quick brown fax"))) == ["the", "quick"]
+    assert texts(la.tentative) == ["brown", "fax"]
+    # The new hypothesis repeats committed words (the window was not trimmed): they are skipped.
+    assert texts(la.insert(hyp("the quick brown fox jumps"))) == ["brown"]
+    assert texts(la.insert(hyp("The quick brown fox, jumps over"))) == ["fox,", "jumps"]
+    assert texts(la.flush()) == ["over"]
+    assert la.tentative == []
+    assert la.committed_count == 6
+
+
+def test_committed_words_never_repeat_after_trim():
+    la = LocalAgreement(2)
+    la.insert(hyp("one two three four"))
+    assert texts(la.insert(hyp("one two three four five"))) == ["one", "two", "three", "four"]
+    # The recognizer trimmed the window at 1.0 s (after "two"), so the next hypotheses start at
+    # "three" with slightly different timings; "three four" must be recognised as committed.
+    h1 = [Word(" three", 0.95, 1.45), Word(" four", 1.45, 2.0), Word(" five", 2.0, 2.6)]
+    h2 = h1 + [Word(" six", 2.6, 3.0)]
+    # Only "five" is new, and the previous hypothesis already said it: committed now.
+    assert texts(la.insert(h1)) == ["five"]
+    assert la.tentative == []
+    assert la.insert(h2) == []
+    assert texts(la.tentative) == ["six"]
+
+
+def test_n_gram_overlap_strips_when_timings_shift_late():
+    la = LocalAgreement(2, time_tolerance=0.0)
+    la.insert(hyp("alpha beta"))
+    la.insert(hyp("alpha beta gamma"))
+    assert la.last_committed_end == 1.0
+    # Re-decoded committed words appear with timestamps *after* the committed end.
+    late = [Word(" Alpha", 1.05, 1.3), Word(" beta", 1.3, 1.6), Word(" gamma", 1.6, 2.0), Word(" delta", 2.0, 2.4)]
+    assert la.strip_committed(late)[0].word == " gamma"
+
+
+def test_repeated_words_far_from_boundary_are_kept():
+    la = LocalAgreement(2)
+    la.insert(hyp("yes"))
+    la.insert(hyp("yes no"))
+    far = [Word(" yes", 5.0, 5.4)]
+    assert texts(la.strip_committed(far)) == ["yes"]
+
+
+def test_local_agreement_3_needs_three_votes():
+    la = LocalAgreement(3)
+    assert la.insert(hyp("a b")) == []
+    assert la.insert(hyp("a b c")) == []
+    assert texts(la.insert(hyp("a x"))) == ["a"]
+
+
+def test_reset_forgets_everything():
+    la = LocalAgreement(2)
+    la.insert(hyp("a b"))
+    la.insert(hyp("a b"))
+    la.reset()
+    assert la.last_committed_end is None and la.committed_count == 0
+    assert la.insert(hyp("a b")) == []
+
+
+def test_ends_sentence():
+    assert ends_sentence(Word(" done.", 0, 1))
+    assert ends_sentence(Word(' "Really?"', 0, 1))
+    assert not ends_sentence(Word(" Mr", 0, 1))
+    assert not ends_sentence(Word(" and,", 0, 1))
+
+
+def test_find_trim_time_prefers_latest_committed_boundary():
+    committed = [
+        Word(" Hi.", 0.0, 0.4),
+        Word(" How", 0.6, 0.8),
+        Word(" are", 0.8, 1.0),
+        Word(" you?", 1.0, 1.3),
+        Word(" I", 1.6, 1.7),
+    ]
+    assert find_trim_time(committed, window_start=0.0) == 1.3
+    assert find_trim_time(committed, window_start=1.3) is None
+    # A segment boundary inside the committed text counts; one beyond it does not.
+    assert find_trim_time(committed, window_start=1.3, segment_ends=[1.5, 2.5]) == 1.5
+    # No boundary: only a forced trim cuts, at the last committed word.
+    plain = [Word(" so", 2.0, 2.2), Word(" then", 2.2, 2.6)]
+    assert find_trim_time(plain, window_start=1.8) is None
+    assert find_trim_time(plain, window_start=1.8, force=True) == 2.6
+    assert find_trim_time([], window_start=0.0, force=True) is None
