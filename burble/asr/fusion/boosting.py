@@ -1,0 +1,336 @@
+"""Phrase boosting (contextual biasing) as a logits processor: an Aho-Corasick automaton over BPE tokens.
+
+Each phrase is tokenized in several surface forms (as given, Capitalized, lower case; each with and
+without a leading space) and every form is inserted into a token-level trie; failure links turn
+the trie into an Aho-Corasick automaton, so a match can start at any token and a broken match falls
+back to the longest phrase prefix that is still a suffix of the output.
+
+Rewards are potential-based so boosting cannot inflate the score of text that is not a phrase:
+
+* a token that extends a match earns the phrase's per-token ``weight`` (provisionally);
+* a token that breaks the match *revokes* the provisional bonus earned so far and grants the
+  potential of the state it falls back to (zero at the root);
+* completing a phrase commits its bonus (it is never revoked); so does a shorter phrase that ends
+  inside a longer partial match (the automaton's output link);
+* special and timestamp tokens (``>= eot``, end-of-text included) reset to the root, revoking any
+  provisional bonus.
+
+Over a finished hypothesis the bonuses therefore sum to the weights of the phrases it contains.
+The per-row reward is ``-provisional`` for every token plus a correction on the few tokens the
+automaton can move along from the current state, so one row costs O(phrase tokens), not O(V).
+
+As with :mod:`burble.asr.fusion.shallow_fusion`, ``apply`` adds rewards to the logits (exact for
+greedy search and sampling); ``adds_score = True`` and :meth:`PhraseBooster.score` let a beam search
+add them after ``log_softmax`` so a revocation really lowers the hypothesis score.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+import torch
+
+from burble.asr.fusion.words import breaks_word, is_boundary, word_boundary_mask
+from burble.asr.tokenizer import WhisperTokenizer
+
+DEFAULT_WEIGHT = 2.0
+
+
+@dataclass(frozen=True)
+class Phrase:
+    """A phrase to boost and its bonus per matched token (natural-log units)."""
+
+    text: str
+    weight: float = DEFAULT_WEIGHT
+
+    def __post_init__(self) -> None:
+        if not self.text.strip():
+            raise ValueError("a boosted phrase cannot be empty")
+
+
+def parse_phrase(spec: str, default_weight: float = DEFAULT_WEIGHT) -> Phrase:
+    """``"phrase"`` or ``"phrase<TAB>weight"`` (a file line or a ``--hotwords`` item)."""
+    text, _, weight = spec.rstrip("\n").partition("\t")
+    if not weight:
+        return Phrase(text.strip(), default_weight)
+    try:
+        return Phrase(text.strip(), float(weight))
+    except ValueError:
+        raise ValueError(f"bad phrase weight {weight!r} in {spec!r} (expected phrase<TAB>number)") from None
+
+
+def load_phrases(path: str | Path, default_weight: float = DEFAULT_WEIGHT) -> list[Phrase]:
+    """Phrases from a file: one per line, optionally ``phrase<TAB>weight``; blank lines and ``#`` comments skipped."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"hotwords file not found: {path}")
+    phrases = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            phrases.append(parse_phrase(line, default_weight))
+        except ValueError as error:
+            raise ValueError(f"{path}:{number}: {error}") from None
+    return phrases
+
+
+def as_phrases(items: Iterable[str | Phrase | tuple[str, float]], default_weight: float = DEFAULT_WEIGHT) -> list[Phrase]:
+    """Normalise API input: strings (``"phrase"`` or ``"phrase\\tweight"``), ``(text, weight)`` or :class:`Phrase`."""
+    out = []
+    for item in items:
+        if isinstance(item, Phrase):
+            out.append(item)
+        elif isinstance(item, tuple):
+            out.append(Phrase(item[0], float(item[1])))
+        else:
+            out.append(parse_phrase(item, default_weight))
+    return out
+
+
+def surface_forms(text: str, case_variants: bool = True) -> list[str]:
+    """The strings a phrase may appear as in Whisper output (leading space and case variants)."""
+    text = " ".join(text.split())
+    cases = [text]
+    if case_variants:
+        cases += [text[:1].upper() + text[1:], text.lower()]
+    forms: list[str] = []
+    for case in cases:
+        for form in (" " + case, case):
+            if form not in forms:
+                forms.append(form)
+    return forms
+
+
+@dataclass(eq=False)
+class _Node:
+    depth: int
+    weight: float = 0.0  # bonus of the token leading here
+    potential: float = 0.0  # sum of weights from the root
+    anchored: bool = False  # the path starts without a leading space: only valid at a word start
+    children: dict[int, "_Node"] = field(default_factory=dict)
+    fail: Optional["_Node"] = None
+    phrase: Optional[int] = None  # index of the phrase a surface form ends here
+    output: Optional["_Node"] = None  # nearest proper suffix state that ends a phrase
+    moves: dict[bool, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+
+
+class PhraseAutomaton:
+    """Aho-Corasick automaton over token sequences.
+
+    A surface form whose first token has no leading space (``"Akerman"`` at the start of a text
+    or after an opening quote) is *anchored*: it may only begin at a word start, so the automaton
+    never enters it from inside a word (``" Bl" "ak" "erman"`` is not the phrase ``akerman``).
+
+    Args:
+      sequences: ``(tokens, weight, phrase_index)`` per surface form; a node shared by several
+        forms takes the largest weight.
+      anchored_first: predicate telling whether a first token lacks a leading space.
+    """
+
+    def __init__(self, sequences: Iterable[tuple[Sequence[int], float, int]], anchored_first) -> None:
+        self.root = _Node(depth=0)
+        for tokens, weight, index in sequences:
+            if not tokens:
+                continue
+            node = self.root
+            for token in tokens:
+                child = node.children.get(token)
+                if child is None:
+                    anchored = node.anchored if node is not self.root else bool(anchored_first(token))
+                    child = node.children[token] = _Node(depth=node.depth + 1, anchored=anchored)
+                child.weight = max(child.weight, weight)
+                node = child
+            if node.phrase is None:
+                node.phrase = index
+        self._link()
+
+    def _link(self) -> None:
+        """Breadth-first: potentials, failure links and output links (anchored states excluded)."""
+        queue = []
+        for child in self.root.children.values():
+            child.fail = self.root
+            child.potential = child.weight
+            queue.append(child)
+        while queue:
+            node = queue.pop(0)
+            for token, child in node.children.items():
+                child.potential = node.potential + child.weight
+                fallback = node.fail
+                while fallback is not None and not self._enterable(fallback.children.get(token)):
+                    fallback = fallback.fail
+                child.fail = fallback.children[token] if fallback is not None else self.root
+                suffix = child.fail
+                child.output = suffix if suffix.phrase is not None else suffix.output
+                queue.append(child)
+
+    @staticmethod
+    def _enterable(node: Optional[_Node], word_start: bool = False) -> bool:
+        """Whether a fallback may land on ``node``: an anchored path only from the root at a word start."""
+        return node is not None and (not node.anchored or (node.depth == 1 and word_start))
+
+    def goto(self, node: _Node, token: int, word_start: bool) -> _Node:
+        """The transition on ``token`` (the root when no phrase prefix survives)."""
+        if node is not self.root:
+            child = node.children.get(token)
+            if child is not None:
+                return child  # a match in progress continues (it began legitimately)
+        walk: Optional[_Node] = node.fail if node is not self.root else node
+        while walk is not None:
+            child = walk.children.get(token)
+            if self._enterable(child, word_start):
+                return child  # type: ignore[return-value]
+            walk = walk.fail
+        return self.root
+
+    def moves(self, node: _Node, word_start: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Tokens leading away from the root: ids, whether each is a child of ``node``, and the
+        target's weight (children) or potential (fallbacks)."""
+        if word_start not in node.moves:
+            targets: dict[int, _Node] = dict(node.children) if node is not self.root else {}
+            walk: Optional[_Node] = node.fail if node is not self.root else node
+            while walk is not None:
+                state, walk = walk, walk.fail
+                for token, child in state.children.items():
+                    if token not in targets and self._enterable(child, word_start):
+                        targets[token] = child
+            ids = torch.tensor(list(targets), dtype=torch.long)
+            child_of = node.children if node is not self.root else {}
+            is_child = torch.tensor([t in child_of for t in targets], dtype=torch.bool)
+            value = torch.tensor(
+                [target.weight if t in child_of else target.potential for t, target in targets.items()],
+                dtype=torch.float32,
+            )
+            node.moves[word_start] = (ids, is_child, value)
+        return node.moves[word_start]
+
+
+@dataclass(frozen=True)
+class BoostState:
+    """Automaton node, the provisional (revocable) bonus of the partial match, and whether the next
+    token begins a word even without a leading space."""
+
+    node: _Node
+    provisional: float = 0.0
+    word_start: bool = True
+
+
+class PhraseBooster:
+    """Boosts token sequences that spell the given phrases, revoking bonuses of abandoned matches.
+
+    Args:
+      phrases: phrases (see :func:`as_phrases` for accepted forms).
+      tokenizer: the Whisper tokenizer of the decoded model.
+      sample_begin: prompt length; matching starts at the first generated token.
+      case_variants: also boost Capitalized and lower-case forms.
+      default_weight: per-token bonus of phrases given without a weight.
+      max_cache: cached prefixes kept before pruning to the live rows.
+    """
+
+    adds_score = True
+
+    def __init__(
+        self,
+        phrases: Iterable[str | Phrase | tuple[str, float]],
+        tokenizer: WhisperTokenizer,
+        *,
+        sample_begin: int = 0,
+        case_variants: bool = True,
+        default_weight: float = DEFAULT_WEIGHT,
+        max_cache: int = 20000,
+    ) -> None:
+        self.phrases = as_phrases(phrases, default_weight)
+        self.tokenizer = tokenizer
+        self.sample_begin = sample_begin
+        self.max_cache = max_cache
+        sequences = []
+        for index, phrase in enumerate(self.phrases):
+            for form in surface_forms(phrase.text, case_variants):
+                sequences.append((tokenizer.encode(form), phrase.weight, index))
+        self.automaton = PhraseAutomaton(sequences, lambda token: not tokenizer.piece(token).startswith("Ġ"))
+        self._cache: dict[tuple[int, ...], BoostState] = {}
+
+    def for_window(self, sample_begin: int) -> "PhraseBooster":
+        """A booster for another prompt length sharing this one's automaton (fresh prefix cache)."""
+        clone = copy.copy(self)
+        clone.sample_begin = sample_begin
+        clone._cache = {}
+        return clone
+
+    @property
+    def initial(self) -> BoostState:
+        return BoostState(self.automaton.root)
+
+    @staticmethod
+    def committed(state: BoostState) -> float:
+        """Bonus a word boundary would make permanent: a whole phrase, or one ending inside a longer match."""
+        node = state.node
+        if node.phrase is not None:
+            return state.provisional
+        if node.output is not None:
+            return min(state.provisional, node.output.potential)
+        return 0.0
+
+    def step(self, state: BoostState, token: int) -> tuple[float, BoostState]:
+        """Reward for appending ``token`` and the state after it."""
+        tokenizer = self.tokenizer
+        provisional = state.provisional
+        if is_boundary(tokenizer, token):
+            provisional -= self.committed(state)  # the phrase ended at a word boundary: keep its bonus
+        if token >= tokenizer.eot:
+            return -provisional, self.initial
+        node = state.node
+        target = self.automaton.goto(node, token, state.word_start)
+        if node is not self.automaton.root and target is node.children.get(token):
+            reward = target.weight
+            provisional += target.weight
+        else:  # match broken: revoke what is provisional, grant the fallback's partial match
+            reward = target.potential - provisional
+            provisional = target.potential
+        return reward, BoostState(target, provisional, breaks_word(tokenizer, token))
+
+    def state(self, row: Sequence[int]) -> BoostState:
+        """State after a full token row (matching starts at ``sample_begin``), from the longest cached prefix."""
+        key = tuple(row[self.sample_begin :])
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        start = len(key) - 1
+        while start > 0 and key[:start] not in self._cache:
+            start -= 1
+        state = self._cache[key[:start]] if start > 0 else self.initial
+        for i in range(start, len(key)):
+            state = self.step(state, key[i])[1]
+            self._cache[key[: i + 1]] = state
+        return state
+
+    def score(self, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """Reward ``(B, vocab_size)`` for each candidate next token of each row."""
+        rows = tokens.tolist()
+        if len(self._cache) > self.max_cache:
+            self._cache = {tuple(row[self.sample_begin :]): self.state(row) for row in rows}
+        device = tokens.device
+        boundary = word_boundary_mask(self.tokenizer, vocab_size).to(device)
+        bonus = torch.zeros(len(rows), vocab_size, device=device)
+        for b, row in enumerate(rows):
+            state = self.state(row)
+            # Default: every token falls back to the root and revokes the provisional bonus, except
+            # that a word boundary first commits a completed phrase.
+            bonus[b] -= state.provisional
+            committed = self.committed(state)
+            if committed:
+                bonus[b] += committed * boundary
+            ids, is_child, value = self.automaton.moves(state.node, state.word_start)
+            keep = ids < vocab_size
+            if keep.any():
+                ids, is_child, value = ids[keep].to(device), is_child[keep].to(device), value[keep].to(device)
+                provisional = state.provisional - committed * boundary[ids]
+                # Children earn their weight on top of the provisional bonus; fallbacks replace it.
+                bonus[b, ids] = torch.where(is_child, value, value - provisional)
+        return bonus
+
+    def apply(self, logits: torch.Tensor, tokens: torch.Tensor) -> None:
+        logits.add_(self.score(tokens, logits.shape[-1]).to(logits.dtype))

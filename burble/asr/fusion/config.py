@@ -1,0 +1,110 @@
+"""One description of "how to bias decoding" for the CLI, the Python API and the WebSocket ``start`` message.
+
+:class:`BiasingConfig` names an n-gram LM (path + :class:`FusionOptions`) and/or boosted phrases;
+:func:`processor_factory` turns it into the per-window processor factory that
+``WhisperASR.extra_processors`` takes (called with the prompt length of each window).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+from burble.asr.fusion.boosting import DEFAULT_WEIGHT, Phrase, PhraseBooster, as_phrases, load_phrases
+from burble.asr.fusion.lm import load_lm
+from burble.asr.fusion.shallow_fusion import FusionOptions, ShallowFusion
+from burble.asr.tokenizer import WhisperTokenizer
+
+ProcessorFactory = Callable[[int], list]
+
+
+@dataclass(frozen=True)
+class BiasingConfig:
+    """Shallow fusion and phrase boosting settings.
+
+    Attributes:
+      lm: path of an ARPA or KenLM binary LM (``None``: no fusion).
+      fusion: fusion weights and normalisation.
+      phrases: boosted phrases with their per-token weights.
+      case_variants: boost Capitalized and lower-case forms of each phrase too.
+      context: text preceding the audio (fusion history), e.g. a stream's committed text.
+    """
+
+    lm: Optional[str] = None
+    fusion: FusionOptions = field(default_factory=FusionOptions)
+    phrases: tuple[Phrase, ...] = ()
+    case_variants: bool = True
+    context: str = ""
+
+    @property
+    def enabled(self) -> bool:
+        return self.lm is not None or bool(self.phrases)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "BiasingConfig":
+        """From JSON-like options (e.g. a WebSocket ``start`` message)::
+
+            {"lm": "lm.bin", "lm_alpha": 0.5, "lm_beta": 1.0, "hotwords": ["Akerman", "Newgate\\t3"],
+             "hotword_weight": 2.0, "context": "..."}
+        """
+        known = {"lm", "lm_alpha", "lm_beta", "lm_oov_log10", "lm_score_eos", "hotwords", "hotword_weight",
+                 "case_variants", "context"}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown biasing options: {sorted(unknown)} (known: {sorted(known)})")
+        fusion = FusionOptions()
+        updates = {
+            name: data[key]
+            for key, name in (("lm_alpha", "alpha"), ("lm_beta", "beta"), ("lm_oov_log10", "oov_log10"),
+                              ("lm_score_eos", "score_eos"))
+            if key in data
+        }
+        hotwords = data.get("hotwords") or []
+        if isinstance(hotwords, str):
+            raise ValueError("hotwords must be a list of phrases")
+        return cls(
+            lm=data.get("lm"),
+            fusion=replace(fusion, **updates),
+            phrases=tuple(as_phrases(hotwords, float(data.get("hotword_weight", DEFAULT_WEIGHT)))),
+            case_variants=bool(data.get("case_variants", True)),
+            context=str(data.get("context", "")),
+        )
+
+    def with_hotwords_file(self, path: str | Path, default_weight: float = DEFAULT_WEIGHT) -> "BiasingConfig":
+        return replace(self, phrases=self.phrases + tuple(load_phrases(path, default_weight)))
+
+
+@lru_cache(maxsize=4)
+def _cached_lm(path: str):
+    return load_lm(path)
+
+
+def processor_factory(
+    config: BiasingConfig, tokenizer: WhisperTokenizer, *, lm: Any = None
+) -> Optional[ProcessorFactory]:
+    """``sample_begin -> [ShallowFusion?, PhraseBooster?]`` for ``WhisperASR.extra_processors``.
+
+    Args:
+      config: what to apply.
+      tokenizer: the recogniser's tokenizer.
+      lm: an already loaded ``kenlm.Model`` (default: load ``config.lm``, cached per path).
+
+    Returns:
+      ``None`` when the config enables nothing.
+    """
+    if not config.enabled:
+        return None
+    model = lm if lm is not None else (_cached_lm(str(config.lm)) if config.lm is not None else None)
+    booster = PhraseBooster(config.phrases, tokenizer, case_variants=config.case_variants) if config.phrases else None
+
+    def build(sample_begin: int) -> list:
+        chain: list = []
+        if model is not None:
+            chain.append(ShallowFusion(model, tokenizer, config.fusion, sample_begin=sample_begin, context=config.context))
+        if booster is not None:
+            chain.append(booster.for_window(sample_begin))
+        return chain
+
+    return build
