@@ -294,7 +294,9 @@ class Pipeline:
 
     def _update_lag(self) -> None:
         m = self.metrics
-        lag = (self.ring.end_index - self._next) / SAMPLE_RATE
+        # Audio captured but not processed yet (what was dropped no longer waits: it is counted
+        # in dropped_seconds instead), so the lag never exceeds buffer_seconds.
+        lag = (self.ring.end_index - max(self._next, self.ring.start_index)) / SAMPLE_RATE
         m.lag_seconds = lag
         m.max_lag_seconds = max(m.max_lag_seconds, lag)
         if lag >= self.options.lag_warning_seconds and not self._lagging:

@@ -128,15 +128,18 @@ class VADStage:
             self._expected = chunk.start
             self.vad.reset(chunk.start)
             self.history.fill_gap(chunk.start)  # align history indices with stream indices
+            self.history.skip_to(chunk.start)
         elif chunk.start > self._expected:
             self._handle(self.vad.flush(reason="gap"), out)
             self.vad.reset(chunk.start)
             self.history.fill_gap(chunk.start - self._expected)
+            self.history.skip_to(chunk.start)
         elif chunk.start < self._expected:
             raise ValueError(f"audio chunk starts at {chunk.start}, before the expected {self._expected}")
         for i in range(0, len(chunk.samples), self._piece):
             piece = chunk.samples[i : i + self._piece]
             self.history.write(piece)
+            self.history.skip_to(self.history.end_index)  # read by index only: nothing "pending"
             self._handle(self.vad.process(piece), out)
         self._expected = chunk.end
 

@@ -118,37 +118,63 @@ class SpeechModel(Protocol):
 
 
 class SileroVAD:
-    """silero-vad v5 through onnxruntime (the model file ships inside the ``silero-vad`` package).
+    """silero-vad v5 run directly with onnxruntime (the model file ships in the ``silero-vad``
+    package; its own wrapper round-trips every frame through torch, which costs as much as the
+    model itself).
+
+    The model is recurrent: each call takes the previous 64 samples as context plus a
+    ``(2, 1, 128)`` state, so frames must be fed in stream order (``reset`` after a gap).
 
     Args:
       opset_version: which bundled ONNX export to use (15 or 16).
     """
 
+    CONTEXT = 64
+
     def __init__(self, opset_version: int = 16) -> None:
+        if opset_version not in (15, 16):
+            raise ValueError("opset_version must be 15 or 16")
         import torch
 
         threads = torch.get_num_threads()
         try:
             try:
-                import silero_vad
+                import silero_vad  # noqa: F401  (locates the bundled model files)
+                import onnxruntime
             except ImportError as e:  # pragma: no cover - depends on the environment
                 raise ImportError(
                     "the VAD needs silero-vad and onnxruntime: pip install silero-vad onnxruntime"
                 ) from e
-            self._model = silero_vad.load_silero_vad(onnx=True, opset_version=opset_version)
         finally:
             # Importing silero_vad sets torch to one thread for the whole process; undo that.
             torch.set_num_threads(threads)
-        self._torch = torch
+        from importlib import resources
+
+        name = "silero_vad.onnx" if opset_version == 16 else "silero_vad_16k_op15.onnx"
+        path = resources.files("silero_vad.data").joinpath(name)
+        opts = onnxruntime.SessionOptions()
+        # One frame is tiny: threads would only add synchronisation (and steal the recognizer's cores).
+        opts.intra_op_num_threads = 1
+        opts.inter_op_num_threads = 1
+        with resources.as_file(path) as model_file:
+            self._session = onnxruntime.InferenceSession(
+                str(model_file), sess_options=opts, providers=["CPUExecutionProvider"]
+            )
+        self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
+        self.reset()
 
     def __call__(self, frame: np.ndarray) -> float:
         if frame.shape != (FRAME_SAMPLES,):
             raise ValueError(f"silero-vad needs frames of exactly {FRAME_SAMPLES} samples, got {frame.shape}")
-        x = self._torch.from_numpy(np.ascontiguousarray(frame, dtype=np.float32))[None]
-        return float(self._model(x, SAMPLE_RATE).item())
+        frame = np.asarray(frame, dtype=np.float32)
+        x = np.concatenate([self._context, frame])[None]
+        prob, self._state = self._session.run(None, {"input": x, "state": self._state, "sr": self._sr})
+        self._context = frame[-self.CONTEXT :].copy()
+        return float(prob[0, 0])
 
     def reset(self) -> None:
-        self._model.reset_states()
+        self._state = np.zeros((2, 1, 128), dtype=np.float32)
+        self._context = np.zeros(self.CONTEXT, dtype=np.float32)
 
 
 def frame_level_db(frame: np.ndarray) -> float:
@@ -287,7 +313,8 @@ class StreamingVAD:
         elif not has_speech and trailing >= self._rule1:
             self._end_utterance(self._last_speech_end + self._hangover, "no_speech", events)
         elif end - self._utt_start >= self._max_utt:
-            self._end_utterance(end, "max_length", events)
+            # Cut at exactly the maximum; the rest of this frame opens the next utterance.
+            self._end_utterance(self._utt_start + self._max_utt, "max_length", events)
 
     def _end_utterance(self, at: int, reason: EndpointReason, events: list[VADEvent]) -> None:
         at = min(at, self._processed)

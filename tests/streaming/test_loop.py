@@ -1,0 +1,288 @@
+import asyncio
+import io
+import json
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from burble.streaming.events import StreamEvent, Word
+from burble.streaming.loop import Pipeline, PipelineOptions, asr_pipeline, run_until_interrupted
+from burble.streaming.sinks import JsonLinesSink
+from burble.streaming.sources import ArraySource
+from burble.streaming.stages import Endpoint, RecognizerStage, SinkStage, VADStage
+from burble.streaming.vad import SileroVAD, StreamingVAD, VADOptions, detect_speech
+
+SR = 16000
+
+
+class FakeRecognizer:
+    """Deterministic stand-in for the Whisper recognizer (tests only).
+
+    Each ``accept`` "recognises" its audio as one word spanning it: the word is first reported as
+    a partial and committed (final) by the next call, like LocalAgreement would. Every call is
+    recorded and the contract of the ``Recognizer`` protocol is asserted.
+    """
+
+    def __init__(self, delay: float = 0.0, keep_audio: bool = True) -> None:
+        self.delay = delay
+        self.keep_audio = keep_audio
+        self.calls: list[tuple] = []
+        self.audio: list[tuple[int, np.ndarray]] = []
+        self.accepted_samples = 0
+        self.segment = 0
+        self._expected: int | None = None
+        self._tentative: list[Word] = []
+        self._committed: list[Word] = []
+        self.thread_ids: set[int] = set()
+
+    def accept(self, audio: np.ndarray, start_sample: int) -> list[StreamEvent]:
+        assert audio.dtype == np.float32 and audio.ndim == 1 and len(audio) > 0
+        assert self._expected is None or start_sample == self._expected, "audio within an utterance must be contiguous"
+        self._expected = start_sample + len(audio)
+        self.thread_ids.add(threading.get_ident())
+        self.calls.append(("accept", start_sample, len(audio)))
+        self.accepted_samples += len(audio)
+        if self.keep_audio:
+            self.audio.append((start_sample, audio.copy()))
+        if self.delay:
+            time.sleep(self.delay)
+        events = []
+        if self._tentative:
+            self._committed += self._tentative
+            events.append(StreamEvent.from_words("final", self._tentative, segment_id=self.segment))
+        self._tentative = [Word(f" w{start_sample}", start_sample / SR, self._expected / SR)]
+        events.append(StreamEvent.from_words("partial", self._tentative, segment_id=self.segment))
+        return events
+
+    def _commit_all(self) -> list[StreamEvent]:
+        events = []
+        if self._tentative:
+            events.append(StreamEvent.from_words("final", self._tentative, segment_id=self.segment))
+            self._committed += self._tentative
+            self._tentative = []
+        return events
+
+    def endpoint(self, at_sample: int) -> list[StreamEvent]:
+        assert self._expected is None or at_sample >= self._expected
+        self.calls.append(("endpoint", at_sample))
+        events = self._commit_all()
+        events.append(StreamEvent.from_words("endpoint", self._committed, segment_id=self.segment))
+        self.segment += 1
+        self._committed = []
+        self._expected = None
+        return events
+
+    def flush(self) -> list[StreamEvent]:
+        self.calls.append(("flush",))
+        events = self._commit_all()
+        if self._committed:
+            events.append(StreamEvent.from_words("endpoint", self._committed, segment_id=self.segment))
+        return events
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.events: list[StreamEvent] = []
+        self.closed = False
+
+    def write(self, event: StreamEvent) -> None:
+        assert not self.closed
+        self.events.append(event)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture(scope="module")
+def silero() -> SileroVAD:
+    return SileroVAD()
+
+
+def two_utterances(lj_speech: np.ndarray) -> np.ndarray:
+    z = lambda s: np.zeros(int(s * SR), np.float32)  # noqa: E731
+    return np.concatenate([z(1.0), lj_speech[: SR * 4], z(2.0), lj_speech[SR * 5 :], z(1.5)])
+
+
+def test_fast_file_through_vad_feeds_exactly_the_speech(lj_speech, silero):
+    audio = two_utterances(lj_speech)
+    rec, sink, out = FakeRecognizer(), ListSink(), io.StringIO()
+    vad = StreamingVAD(model=silero)
+    src = ArraySource(audio, realtime=False)
+    pipe = asr_pipeline(src, rec, [sink, JsonLinesSink(out)], vad=vad, options=PipelineOptions(chunk_seconds=1.0))
+    metrics = asyncio.run(pipe.run())
+
+    silero.reset()
+    spans = detect_speech(audio, model=silero)
+    assert len(spans) == 2
+    # The recognizer received exactly the VAD spans, sample for sample, and an endpoint after each.
+    got = []
+    for start, x in rec.audio:
+        if got and got[-1][1] == start:
+            got[-1] = (got[-1][0], start + len(x))
+        else:
+            got.append((start, start + len(x)))
+        np.testing.assert_array_equal(x, audio[start : start + len(x)])
+    assert got == spans
+    assert [c for c in rec.calls if c[0] == "endpoint"] == [("endpoint", b) for _, b in spans]
+    assert rec.calls[-1] == ("flush",)
+    # Calls are chunk-sized (1 s) except the last of each utterance.
+    sizes = [c[2] for c in rec.calls if c[0] == "accept"]
+    assert all(SR <= n < SR + int(0.1 * SR) + 512 for n in sizes[:3])
+    assert len(rec.thread_ids) == 1 and threading.get_ident() not in rec.thread_ids  # worker thread
+
+    assert sink.closed
+    assert all(e.emitted_at is not None and e.emitted_at >= 0 for e in sink.events)
+    types = [e.type for e in sink.events]
+    assert types.count("endpoint") == 2 and types[-1] == "endpoint"
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [d["type"] for d in lines] == types
+    assert metrics.audio_seconds == pytest.approx(len(audio) / SR)
+    assert metrics.processed_seconds == pytest.approx(len(audio) / SR)
+    assert metrics.dropped_seconds == 0
+    assert metrics.events["endpoint"] == 2
+    assert metrics.recognizer_audio_seconds == pytest.approx(sum(b - a for a, b in spans) / SR)
+
+
+def test_without_vad_every_sample_is_accepted_once(lj_speech):
+    rec, sink = FakeRecognizer(), ListSink()
+    pipe = asr_pipeline(ArraySource(lj_speech, realtime=False), rec, [sink], vad=None, options=PipelineOptions(chunk_seconds=0.5))
+    asyncio.run(pipe.run())
+    np.testing.assert_array_equal(np.concatenate([x for _, x in rec.audio]), lj_speech)
+    assert rec.audio[0][0] == 0
+    assert [c[0] for c in rec.calls].count("endpoint") == 0 and rec.calls[-1] == ("flush",)
+    finals = [w for e in sink.events if e.type == "final" for w in e.words]
+    assert finals[-1].end == pytest.approx(len(lj_speech) / SR)
+
+
+def test_slow_recognizer_on_live_audio_coalesces_and_reports_lag(lj_speech):
+    """The recognizer takes 0.25 s per call while audio arrives 8x faster than real time (2 s of
+    audio per call): the loop must stay responsive, hand over everything that piled up in one
+    call, lose nothing while the buffer suffices, and report the lag."""
+    rec, sink = FakeRecognizer(delay=0.25), ListSink()
+    src = ArraySource(lj_speech, realtime=True, speed=8.0)
+    opts = PipelineOptions(chunk_seconds=0.2, buffer_seconds=6.0)
+    metrics = asyncio.run(asr_pipeline(src, rec, [sink], vad=None, options=opts).run())
+    accepts = [c for c in rec.calls if c[0] == "accept"]
+    assert rec.accepted_samples == len(lj_speech)
+    assert metrics.dropped_seconds == 0
+    assert len(accepts) <= 10  # ~9.7 s of audio in ~2 s pieces, not 48 chunks of 0.2 s
+    assert max(c[2] for c in accepts) >= 1.0 * SR
+    assert metrics.max_lag_seconds >= 1.0
+    assert metrics.rtf > 0
+
+
+def test_overload_drops_oldest_audio_counts_it_and_bounds_lag(lj_speech, caplog):
+    audio = np.tile(lj_speech, 2)  # 19.3 s
+    rec, sink = FakeRecognizer(delay=0.4, keep_audio=False), ListSink()  # 0.4 s = 4 s of audio at 10x
+    src = ArraySource(audio, realtime=True, speed=10.0)
+    opts = PipelineOptions(chunk_seconds=0.2, buffer_seconds=1.0, lag_warning_seconds=0.5)
+    with caplog.at_level("WARNING"):
+        metrics = asyncio.run(asr_pipeline(src, rec, [sink], vad=None, options=opts).run())
+    assert metrics.dropped_seconds > 2.0
+    # Every sample was either recognized or counted as dropped.
+    assert rec.accepted_samples + round(metrics.dropped_seconds * SR) == len(audio)
+    # Lost audio ends the utterance ("gap") so the recognizer commits what it had.
+    assert any(c[0] == "endpoint" for c in rec.calls)
+    assert metrics.max_lag_seconds <= opts.buffer_seconds + 0.2
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert "overflow" in messages and "behind real time" in messages
+
+
+def test_stop_flushes_results_and_closes_sinks(lj_speech):
+    rec, sink = FakeRecognizer(), ListSink()
+    src = ArraySource(np.tile(lj_speech, 10), realtime=True, speed=4.0)
+    pipe = asr_pipeline(src, rec, [sink], vad=None, options=PipelineOptions(chunk_seconds=0.5))
+
+    async def main():
+        asyncio.get_running_loop().call_later(0.6, pipe.stop)
+        return await pipe.run()
+
+    t = time.monotonic()
+    metrics = asyncio.run(main())
+    assert time.monotonic() - t < 3.0
+    assert 1.5 < metrics.audio_seconds < 10.0
+    assert rec.calls[-1] == ("flush",)
+    assert rec.accepted_samples == round(metrics.audio_seconds * SR)
+    assert sink.closed and sink.events[-1].type == "endpoint"  # the pending words were committed
+
+
+def test_ctrl_c_stops_cleanly(lj_speech):
+    rec, sink = FakeRecognizer(), ListSink()
+    src = ArraySource(np.tile(lj_speech, 10), realtime=True, speed=2.0)
+    pipe = asr_pipeline(src, rec, [sink], vad=None, options=PipelineOptions(chunk_seconds=0.5))
+
+    def interrupt():
+        while not rec.calls:  # the loop (and its signal handler) is running
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    metrics = run_until_interrupted(pipe)
+    assert metrics.audio_seconds < 30
+    assert rec.calls[-1] == ("flush",) and sink.closed
+
+
+def test_recognizer_error_propagates_and_still_closes(lj_speech):
+    class Broken(FakeRecognizer):
+        def accept(self, audio, start_sample):
+            raise RuntimeError("model exploded")
+
+    sink = ListSink()
+    src = ArraySource(lj_speech, realtime=False)
+    with pytest.raises(RuntimeError, match="model exploded"):
+        asyncio.run(asr_pipeline(src, Broken(), [sink], vad=None).run())
+    assert sink.closed
+
+
+def test_custom_stage_chain_passes_unknown_items_through(lj_speech, silero):
+    class Tap:
+        """A user stage: counts audio, passes everything on unchanged."""
+
+        def __init__(self) -> None:
+            self.samples = 0
+
+        async def process(self, items):
+            self.samples += sum(len(i) for i in items if hasattr(i, "samples"))
+            return items
+
+        async def flush(self):
+            return [Endpoint(0, "end_of_stream")]
+
+    tap, rec, sink = Tap(), FakeRecognizer(), ListSink()
+    stages = [tap, VADStage(StreamingVAD(model=silero)), RecognizerStage(rec, chunk_seconds=1.0), SinkStage([sink])]
+    asyncio.run(Pipeline(ArraySource(lj_speech, realtime=False), stages).run())
+    assert tap.samples == len(lj_speech)
+    assert rec.calls[-1] == ("flush",)
+
+
+@pytest.mark.slow
+def test_memory_stays_flat_over_ten_minutes(lj_speech, silero):
+    """10+ minutes of looped speech, fast-paced, through the real VAD: RSS must not grow."""
+
+    def rss_mb() -> float:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        return float("nan")
+
+    samples: list[tuple[float, float]] = []
+
+    class RssSink(ListSink):
+        def write(self, event):
+            if event.type == "final":
+                samples.append((event.end, rss_mb()))
+
+    repeat = int(np.ceil(620 / (len(lj_speech) / SR)))
+    src = ArraySource(np.concatenate([lj_speech, np.zeros(SR, np.float32)]), realtime=False, repeat=repeat)
+    rec = FakeRecognizer(keep_audio=False)
+    pipe = asr_pipeline(src, rec, [RssSink()], vad=StreamingVAD(model=silero), options=PipelineOptions(chunk_seconds=1.0))
+    metrics = asyncio.run(pipe.run())
+    assert metrics.audio_seconds >= 600
+    after_warmup = [m for t, m in samples if t > 60]
+    growth = max(after_warmup) - after_warmup[0]
+    assert growth < 8.0, f"RSS grew by {growth:.1f} MB over {metrics.audio_seconds:.0f} s of audio"
