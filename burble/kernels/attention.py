@@ -97,22 +97,34 @@ def attention(
         ``Tk - Tq + i``), which is what decoding against a KV cache needs.
       kv_lengths: optional ``(B,)`` number of valid keys per batch row (the rest are ignored).
       scale: softmax scale, default ``1/sqrt(D)``.
-      backend: ``"torch"`` (SDPA), ``"triton"`` (fused kernels, CUDA only) or ``"auto"``;
+      backend: ``"torch"`` (SDPA), ``"triton"`` (fused kernels: CUDA, or CPU tensors under the
+        Triton interpreter) or ``"auto"`` (Triton for supported CUDA calls, else SDPA);
         ``None`` uses the process default (``BURBLE_ATTENTION_BACKEND`` or :func:`set_default_backend`).
 
     Returns:
       ``(B, H, Tq, D)`` attention output in the dtype of ``q``.
     """
     backend = backend or _DEFAULT_BACKEND
-    if backend != "torch" and q.is_cuda:
+    if backend not in ("auto", "torch", "triton"):
+        raise ValueError(f"unknown attention backend {backend!r} (expected 'auto', 'torch' or 'triton')")
+    # "auto" only ever sends CUDA tensors to Triton; an explicit "triton" also runs CPU tensors when
+    # the Triton interpreter is on (TRITON_INTERPRET=1), which is how the kernels are tested without
+    # a GPU.
+    if backend != "torch" and (q.is_cuda or (backend == "triton" and _triton_interpreter_on())):
         from burble.kernels import triton_attention
 
-        if triton_attention.supports(q, k, v, mask=mask):
+        reason = triton_attention.unsupported_reason(q, k, v, mask=mask)
+        if reason is None:
             return triton_attention.attention(
                 q, k, v, mask=mask, is_causal=is_causal, kv_lengths=kv_lengths, scale=scale
             )
         if backend == "triton":
-            raise ValueError("the Triton attention kernels do not support this call (shape, dtype or mask)")
+            raise ValueError(f"the Triton attention kernels do not support this call: {reason}")
     elif backend == "triton":
         raise RuntimeError("backend='triton' needs CUDA tensors; use 'auto' or 'torch' on CPU")
     return _torch_attention(q, k, v, mask, is_causal, kv_lengths, scale)
+
+
+def _triton_interpreter_on() -> bool:
+    # Triton reads this variable (with these truthy spellings) to pick interpreter mode.
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
