@@ -15,6 +15,7 @@ import torch
 from burble.asr.frontend import AudioInput
 from burble.asr.options import TranscribeOptions
 from burble.asr.results import TranscriptionResult
+from burble.asr.speculation import window_drafter
 from burble.asr.tokenizer import TIME_PRECISION, WhisperTokenizer
 from burble.asr.transcribe import WindowResult, compression_ratio, transcribe
 from burble.asr.whisper.loading import Checkpoint, load_checkpoint
@@ -28,8 +29,6 @@ from burble.decoding.speculative import Drafter, SpeculativeStats
 
 # Builds extra processors for one window, given the prompt length (sample_begin).
 ProcessorFactory = Callable[[int], Sequence[LogitsProcessor]]
-# Builds a speculative drafter for one window, given the target model and the prompt tokens.
-DrafterFactory = Callable[[WhisperTextModel, list[int]], Optional[Drafter]]
 
 
 class WhisperASR:
@@ -50,7 +49,6 @@ class WhisperASR:
         self.suppress_ids = checkpoint.suppress_ids
         self.suppress_ids_begin = checkpoint.suppress_ids_begin or [self.tokenizer.encode(" ")[0], self.tokenizer.eot]
         self.extra_processors: Optional[ProcessorFactory] = None
-        self.drafter_factory: Optional[DrafterFactory] = None
 
     @property
     def device(self) -> torch.device:
@@ -145,8 +143,8 @@ class WhisperASR:
                     text_model, prompt_tensor.repeat(options.best_of, 1), decoding, processors=chain, probe_index=probe
                 )
             else:
-                if drafter is None and self.drafter_factory is not None and temperature == 0:
-                    drafter = self.drafter_factory(text_model, prompt)
+                if drafter is None and temperature == 0:
+                    drafter = window_drafter(options, text_model, prompt, eos_token_id=self.tokenizer.eot)
                 result = generate(text_model, prompt_tensor, decoding, processors=chain, drafter=drafter, probe_index=probe)
         if stats is not None:
             stats.merge(result.stats)

@@ -183,6 +183,7 @@ def transcribe(
                 pieces,
                 audio_features,
                 num_frames=segment_size,
+                time_offset=time_offset,
                 options=options,
                 last_speech_timestamp=last_speech_timestamp,
             )

@@ -298,7 +298,7 @@ class PhraseBooster:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        start = len(key) - 1
+        start = max(len(key) - 1, 0)
         while start > 0 and key[:start] not in self._cache:
             start -= 1
         state = self._cache[key[:start]] if start > 0 else self.initial

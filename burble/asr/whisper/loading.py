@@ -183,3 +183,24 @@ def load_checkpoint(name_or_path: str | Path) -> Checkpoint:
     if path.is_dir() and any(path.glob("*.safetensors")):
         return load_hf(path)
     raise ValueError(f"{path}: not a CTranslate2 dir, OpenAI .pt or Hugging Face Whisper dir")
+
+
+def materialize_ct2_dir(name: str, destination: str | Path) -> Path:
+    """Write a packaged model as one CTranslate2 directory (parts joined), e.g. for faster-whisper.
+
+    Used by the parity tests and benchmarks, which run the peer on the very same weights.
+    """
+    parts, directory = resolve_model_files(name)
+    destination = Path(destination)
+    destination.mkdir(parents=True, exist_ok=True)
+    target = destination / "model.bin"
+    if not target.exists() or target.stat().st_size != sum(p.stat().st_size for p in parts):
+        temporary = destination / "model.bin.tmp"
+        with open(temporary, "wb") as out:
+            for part in parts:
+                out.write(part.read_bytes())
+        temporary.replace(target)
+    for extra in ("config.json", "tokenizer.json", "vocabulary.txt", "vocabulary.json"):
+        if (directory / extra).exists() and not (destination / extra).exists():
+            (destination / extra).write_bytes((directory / extra).read_bytes())
+    return destination

@@ -1,0 +1,33 @@
+# burble: two entry points on a fresh machine.
+#   make demo  - create .venv, install burble, transcribe a real recording with the embedded tiny.en
+#   make test  - same venv plus the test extras, run the test suite
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+
+.PHONY: demo test test-fast bench clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(VENV)/.installed: $(VENV)/bin/python pyproject.toml
+	$(PIP) install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(PIP) install -q -e '.[test]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) -m burble transcribe examples/jfk.wav --word-timestamps --output-format all --output-dir outputs/demo
+
+test: $(VENV)/.installed-test
+	$(PY) -m pytest -q
+
+test-fast: $(VENV)/.installed-test
+	$(PY) -m pytest -q -m "not slow"
+
+clean:
+	rm -rf $(VENV) outputs .pytest_cache

@@ -1,0 +1,5 @@
+import sys
+
+from burble.cli import main
+
+sys.exit(main())

@@ -1,0 +1,139 @@
+"""Word timestamps from cross-attention: the alignment heads' attention, median-filtered, DTW-aligned.
+
+Some cross-attention heads of Whisper's decoder follow the audio closely ("alignment heads", listed
+in each checkpoint's config). Running the decoder once over the window's final text, their
+attention over audio frames forms a token x frame cost matrix; dynamic time warping
+(``librosa.sequence.dtw``) finds the monotonic path, and each word's start/end are the frames where
+the path enters and leaves its tokens.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from librosa.sequence import dtw
+from scipy.ndimage import median_filter
+
+from burble.asr.frontend import TIME_PER_AUDIO_TOKEN
+from burble.asr.options import TranscribeOptions
+from burble.asr.results import Word
+
+if TYPE_CHECKING:
+    from burble.asr.pipeline import WhisperASR
+
+MEDIAN_FILTER_WIDTH = 7
+
+
+def find_alignment(
+    asr: "WhisperASR", text_tokens: list[int], audio_features: torch.Tensor, num_frames: int
+) -> list[Word]:
+    """Align ``text_tokens`` (no specials) to the first ``num_frames`` mel frames of a window.
+
+    Returns one :class:`Word` per word, with times relative to the window start.
+    """
+    tokenizer = asr.tokenizer
+    if not text_tokens:
+        return []
+    start_sequence = list(tokenizer.sot_sequence) + [tokenizer.no_timestamps]
+    tokens = torch.tensor([start_sequence + text_tokens + [tokenizer.eot]], device=asr.device)
+    capture: dict[int, list[int]] = {}
+    for layer, head in asr.model.alignment_heads:
+        capture.setdefault(layer, []).append(head)
+    from burble.asr.whisper.model import WhisperTextModel
+
+    text_model = WhisperTextModel(asr.model, audio_features)
+    cache = text_model.new_cache(1, tokens.shape[1])
+    with torch.inference_mode():
+        logits, scores = asr.model.decoder(tokens, cache, capture=capture)
+    probs = torch.softmax(logits[0, len(start_sequence) - 1 : -1, : tokenizer.eot], dim=-1)
+    token_probs = probs[torch.arange(len(text_tokens)), torch.tensor(text_tokens)].tolist()
+
+    weights = torch.cat([s[0] for s in scores], dim=0)[:, :, : num_frames // 2]  # (heads, T, frames)
+    weights = weights.softmax(dim=-1)
+    std, mean = torch.std_mean(weights, dim=-2, keepdim=True, unbiased=False)
+    weights = ((weights - mean) / std).numpy()
+    weights = median_filter(weights, size=(1, 1, MEDIAN_FILTER_WIDTH), mode="nearest")
+    # Rows are input positions: <|notimestamps|> (which predicts the first text token) through the
+    # last text token (which predicts end-of-text), i.e. one row more than there are text tokens.
+    matrix = weights.mean(axis=0)[len(start_sequence) - 1 : -1]
+    _, path = dtw(C=-matrix.astype(np.float64), backtrack=True)
+    path = path[::-1]
+    text_indices, time_indices = path[:, 0], path[:, 1]
+    jumps = np.pad(np.diff(text_indices), (1, 0), constant_values=1).astype(bool)
+    jump_times = time_indices[jumps] * TIME_PER_AUDIO_TOKEN  # one entry per row
+
+    words, word_tokens = tokenizer.split_to_word_tokens(text_tokens)
+    boundaries = np.concatenate([[0], np.cumsum([len(t) for t in word_tokens])])
+    result: list[Word] = []
+    for i, word in enumerate(words):
+        first, last = int(boundaries[i]), int(boundaries[i + 1])
+        start, end = float(jump_times[first]), float(jump_times[last])
+        probability = float(np.mean(token_probs[first:last]))
+        result.append(Word(word=word, start=start, end=max(start, end), probability=probability))
+    return result
+
+
+def _merge_punctuations(words: list[Word], prepend: str, append: str) -> list[Word]:
+    """Attach leading/trailing punctuation "words" to their neighbours (so times cover real words)."""
+    merged: list[Word] = []
+    for word in words:
+        stripped = word.word.strip()
+        if merged and stripped and stripped in append and not word.word.startswith(" "):
+            merged[-1].word += word.word
+            continue
+        merged.append(Word(word.word, word.start, word.end, word.probability))
+    out: list[Word] = []
+    carry = ""
+    for word in merged:
+        if word.word.strip() and word.word.strip() in prepend:
+            carry += word.word
+            continue
+        if carry:
+            word.word = carry + word.word.lstrip() if word.word.startswith(" ") and carry.startswith(" ") else carry + word.word
+            carry = ""
+        out.append(word)
+    return out
+
+
+def add_word_timestamps(
+    asr: "WhisperASR",
+    pieces: list[dict],
+    audio_features: torch.Tensor,
+    *,
+    num_frames: int,
+    time_offset: float,
+    options: TranscribeOptions,
+    last_speech_timestamp: float,
+) -> float:
+    """Fill ``piece["words"]`` for the segments of one window; return the last word end.
+
+    Args:
+      pieces: the window's segments (dicts with ``tokens``, ``start``, ``end``).
+      num_frames: mel frames of real audio in the window.
+      time_offset: the window's start time in seconds.
+    """
+    eot = asr.tokenizer.eot
+    text_tokens = [t for piece in pieces for t in piece["tokens"] if t < eot]
+    words = find_alignment(asr, text_tokens, audio_features, num_frames)
+    # Long words at pause boundaries are usually misaligned: clamp to twice the median duration.
+    durations = np.array([w.end - w.start for w in words if w.end > w.start])
+    max_duration = 2 * float(np.median(durations)) if len(durations) else 0.0
+    word_index = 0
+    for piece in pieces:
+        count = len(asr.tokenizer.split_to_word_tokens([t for t in piece["tokens"] if t < eot])[0])
+        piece_words: list[Word] = []
+        for word in words[word_index : word_index + count]:
+            start, end = time_offset + word.start, time_offset + word.end
+            if max_duration and end - start > max_duration:
+                start = max(start, end - max_duration)
+            piece_words.append(Word(word.word, round(start, 3), round(end, 3), round(word.probability, 4)))
+        word_index += count
+        piece_words = _merge_punctuations(piece_words, options.prepend_punctuations, options.append_punctuations)
+        if piece_words:
+            # Segment bounds follow the words (timestamp tokens are coarser).
+            piece["start"], piece["end"] = piece_words[0].start, max(piece_words[-1].end, piece_words[0].start)
+            last_speech_timestamp = piece_words[-1].end
+        piece["words"] = piece_words
+    return last_speech_timestamp
