@@ -25,6 +25,7 @@ from burble.streaming.loop import (
     run_until_interrupted,
 )
 from burble.streaming.policy import LocalAgreement, find_trim_time, normalize_word
+from burble.streaming.resample import StreamingResampler
 from burble.streaming.ring_buffer import RingBuffer
 from burble.streaming.sinks import JsonLinesSink, Sink, SrtSink, TerminalSink
 from burble.streaming.sources import (
@@ -66,6 +67,7 @@ __all__ = [
     "SrtSink",
     "Stage",
     "StreamEvent",
+    "StreamingResampler",
     "StreamingVAD",
     "TerminalSink",
     "VADOptions",

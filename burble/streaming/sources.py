@@ -251,7 +251,8 @@ class MicrophoneSource(PushSource):
       sample_rate: capture rate; ``None`` opens at 16 kHz if the device accepts it, else at the
         device's default rate (then resampled).
       channels: channels to capture (down-mixed to mono).
-      blocksize: frames per callback (0 lets PortAudio choose).
+      block_seconds: audio per callback; 20 ms keeps wake-ups (and GIL hand-offs with the
+        recognizer thread) at 50 per second, far below any caption latency.
       buffer_seconds: capture buffer; overflow drops the oldest audio and is counted.
       latency: PortAudio latency hint (``"low"``, ``"high"`` or seconds).
     """
@@ -262,7 +263,7 @@ class MicrophoneSource(PushSource):
         *,
         sample_rate: Optional[int] = None,
         channels: int = 1,
-        blocksize: int = 0,
+        block_seconds: float = 0.02,
         buffer_seconds: float = 5.0,
         latency: Union[str, float] = "low",
     ) -> None:
@@ -276,7 +277,9 @@ class MicrophoneSource(PushSource):
             except Exception:  # PortAudio rejects the rate: use the device's own and resample
                 sample_rate = int(sd.query_devices(self.device, "input")["default_samplerate"])
         super().__init__(sample_rate, buffer_seconds=buffer_seconds, name="microphone")
-        self.blocksize = blocksize
+        if block_seconds <= 0:
+            raise ValueError("block_seconds must be > 0")
+        self.blocksize = max(1, int(round(block_seconds * sample_rate)))
         self.latency = latency
         self.callbacks = 0
         self.status_errors = 0
@@ -349,6 +352,17 @@ class MicrophoneSource(PushSource):
                     )
                 )
         return out
+
+    @staticmethod
+    def rescan_devices() -> None:
+        """Re-read PortAudio's device list (it is built once, when sounddevice is imported).
+
+        Call after the sound server changed, e.g. a PulseAudio daemon started; no stream may be
+        open at the time.
+        """
+        sd = _sounddevice()
+        sd._terminate()  # sounddevice's documented way to re-scan: terminate and re-initialise
+        sd._initialize()
 
     @staticmethod
     def format_devices() -> str:

@@ -11,7 +11,7 @@ import torchaudio
 from burble.streaming.resample import resample
 from burble.streaming.sources import ArraySource, AudioChunk, FileSource, PushSource, downmix
 
-from conftest import dev_audio, dev_path
+from streaming_helpers import dev_audio, dev_path
 
 
 async def drain(source) -> list[AudioChunk]:

@@ -1,4 +1,3 @@
-import subprocess
 import sys
 
 import numpy as np
@@ -13,7 +12,7 @@ from burble.streaming.vad import (
     frame_level_db,
 )
 
-from conftest import dev_audio
+from streaming_helpers import dev_audio
 
 SR = 16000
 SHORT_CLIPS = ["ls_1089-134686-0001", "lj_LJ001-0002", "arctic_aew_a0002", "timit_LDC93S1", "cmu_goforward"]
@@ -89,13 +88,21 @@ def test_streaming_in_pieces_equals_whole(silero, lj_speech):
 
 
 def test_import_side_effect_on_torch_threads_is_undone():
-    code = (
-        "import torch; torch.set_num_threads(2)\n"
-        "from burble.streaming.vad import SileroVAD\n"
-        "SileroVAD(); print(torch.get_num_threads())\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "2"
+    import torch
+
+    # Make the next import of silero_vad run its module code (torch.set_num_threads(1)) again.
+    saved = {k: v for k, v in sys.modules.items() if k == "silero_vad" or k.startswith("silero_vad.")}
+    for k in saved:
+        del sys.modules[k]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        SileroVAD()
+        assert "silero_vad.model" in sys.modules  # the side effect did run ...
+        assert torch.get_num_threads() == 3  # ... and was undone
+    finally:
+        torch.set_num_threads(threads)
+        sys.modules.update(saved)
 
 
 def test_silero_rejects_wrong_frame_size(silero):

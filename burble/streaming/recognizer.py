@@ -1,0 +1,234 @@
+"""Streaming Whisper: re-decode the uncommitted window every chunk, commit with LocalAgreement-2.
+
+Whisper is an offline model, so streaming re-decodes the audio that is not yet committed (the
+*window*, at most 30 s) each time new speech arrives, and commits the words two consecutive
+hypotheses agree on (:class:`~burble.streaming.policy.LocalAgreement`). Three things keep this
+cheap and bounded:
+
+* **Speculative re-decoding.** Most of the previous hypothesis is still right, so it is the draft
+  of the next decode (:class:`~burble.decoding.drafters.PreviousHypothesisDrafter`): one target
+  pass verifies many tokens, and the output is exactly what plain greedy decoding would give.
+* **Trimming.** Once words are committed up to a sentence end, the audio before it leaves the
+  window and the committed text becomes the prompt (previous-text conditioning), so the window
+  and the latency stay bounded.
+* **Encoder context.** ``encoder_context="window"`` encodes only the window's frames (plus a
+  margin) instead of a zero-padded 30 s input, cutting encoder time several-fold on short
+  windows; ``"full"`` is the reference behaviour.
+
+Word times come from the cross-attention alignment (:mod:`burble.asr.whisper.timing`) and are
+absolute (seconds since the stream's sample 0). The recognizer never reads a clock: the event
+loop stamps emission times.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import torch
+
+from burble.asr.frontend import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES, SAMPLE_RATE, log_mel_spectrogram, pad_or_trim
+from burble.asr.options import TranscribeOptions
+from burble.asr.pipeline import WhisperASR
+from burble.asr.whisper.timing import find_alignment
+from burble.decoding.drafters import PreviousHypothesisDrafter
+from burble.decoding.speculative import SpeculativeStats
+from burble.streaming.events import StreamEvent, Word
+from burble.streaming.policy import LocalAgreement, find_trim_time
+
+
+@dataclass(frozen=True)
+class StreamingOptions:
+    """How the streaming recognizer decodes and commits.
+
+    Attributes:
+      agreement: hypotheses that must agree before words are committed (LocalAgreement-n).
+      speculative: use the previous hypothesis as the speculative draft of each re-decode.
+      draft_length: draft tokens verified per target pass.
+      encoder_context: ``"window"`` encodes only the window (+ margin); ``"full"`` pads to 30 s.
+      encoder_margin_seconds: extra zero frames after the window when ``encoder_context="window"``.
+      max_window_seconds: force a trim at the last committed word when the window grows past this.
+      prompt_tokens: how many committed text tokens prompt each decode (previous-text conditioning).
+      no_speech_threshold: a decode whose no-speech probability is above this and whose average
+        log-probability is below ``log_prob_threshold`` counts as silence (no words).
+      log_prob_threshold: see ``no_speech_threshold``.
+      beam_size: 1 (greedy, speculative) or more (beam search, no speculation).
+      language: language code for multilingual models.
+    """
+
+    agreement: int = 2
+    speculative: bool = True
+    draft_length: int = 8
+    encoder_context: str = "window"
+    encoder_margin_seconds: float = 1.0
+    max_window_seconds: float = 15.0
+    prompt_tokens: int = 128
+    no_speech_threshold: float = 0.6
+    log_prob_threshold: float = -1.0
+    beam_size: int = 1
+    language: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.encoder_context not in ("window", "full"):
+            raise ValueError("encoder_context must be 'window' or 'full'")
+        if not 1.0 <= self.max_window_seconds <= 28.0:
+            raise ValueError("max_window_seconds must be in [1, 28] (Whisper sees at most 30 s)")
+
+
+@dataclass
+class RecognizerStats:
+    """Counters across the stream (for benchmarks and the server's metrics)."""
+
+    decodes: int = 0
+    audio_seconds: float = 0.0
+    decoding: SpeculativeStats = field(default_factory=SpeculativeStats)
+
+
+class WhisperStreamingRecognizer:
+    """The :class:`~burble.streaming.stages.Recognizer` over a loaded Whisper model.
+
+    One instance per stream (it holds the stream's state); the model may be shared by many.
+
+    Args:
+      asr: the loaded recogniser (``burble.load_model(...)``).
+      options: streaming options.
+    """
+
+    def __init__(self, asr: WhisperASR, options: StreamingOptions = StreamingOptions()) -> None:
+        self.asr = asr
+        self.options = options
+        self.decode_options = TranscribeOptions(
+            beam_size=options.beam_size,
+            temperatures=(0.0,),
+            without_timestamps=True,
+            condition_on_previous_text=True,
+            language=options.language,
+            draft_length=options.draft_length,
+        )
+        self.stats = RecognizerStats()
+        self.segment_id = 0
+        self._audio = np.zeros(0, dtype=np.float32)
+        self._window_start = 0  # absolute sample index of self._audio[0]
+        self._policy = LocalAgreement(options.agreement)
+        self._committed_words: list[Word] = []  # committed and still inside the window
+        self._utterance_words: list[Word] = []  # committed in the current utterance
+        self._history_tokens: list[int] = []  # committed text tokens (the prompt)
+        self._previous_tokens: list[int] = []  # the last hypothesis (speculative draft)
+
+    # -- Recognizer protocol -------------------------------------------------------------------
+
+    def accept(self, audio: np.ndarray, start_sample: int) -> list[StreamEvent]:
+        """Add speech starting at absolute ``start_sample`` and re-decode the window."""
+        audio = np.asarray(audio, dtype=np.float32)
+        end = self._window_start + len(self._audio)
+        if not len(self._audio):
+            self._window_start = start_sample
+        elif start_sample > end:
+            # A short gap inside an utterance (VAD dropped a pause): keep the time axis by padding.
+            self._audio = np.concatenate([self._audio, np.zeros(start_sample - end, np.float32)])
+        elif start_sample < end:
+            audio = audio[end - start_sample :]  # overlap: keep only new samples
+        self._audio = np.concatenate([self._audio, audio])
+        self.stats.audio_seconds += len(audio) / SAMPLE_RATE
+        if len(self._audio) > 29 * SAMPLE_RATE:  # never exceed Whisper's 30 s: cut the oldest audio
+            self._trim_to(self._window_start + len(self._audio) - 29 * SAMPLE_RATE)
+        events: list[StreamEvent] = []
+        committed = self._policy.insert(self._decode_words())
+        if committed:
+            events.append(self._commit(committed))
+        tentative = self._policy.tentative
+        events.append(StreamEvent.from_words("partial", tentative, segment_id=self.segment_id))
+        self._maybe_trim()
+        return events
+
+    def endpoint(self, at_sample: int) -> list[StreamEvent]:
+        """The utterance ended: commit everything and start a new one."""
+        events: list[StreamEvent] = []
+        remaining = self._policy.flush()
+        if remaining:
+            events.append(self._commit(remaining))
+        utterance_start = self._utterance_words[0].start if self._utterance_words else self._window_start / SAMPLE_RATE
+        events.append(
+            StreamEvent.from_words(
+                "endpoint", self._utterance_words, segment_id=self.segment_id,
+                start=utterance_start, end=max(at_sample / SAMPLE_RATE, utterance_start),
+            )
+        )
+        self.segment_id += 1
+        self._utterance_words = []
+        self._committed_words = []
+        self._audio = np.zeros(0, dtype=np.float32)
+        self._window_start = at_sample
+        self._previous_tokens = []
+        self._policy.reset()
+        return events
+
+    def flush(self) -> list[StreamEvent]:
+        """End of stream: like an endpoint, if anything is pending."""
+        if not len(self._audio) and not self._utterance_words and not self._policy.tentative:
+            return []
+        return self.endpoint(self._window_start + len(self._audio))
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _commit(self, words: list[Word]) -> StreamEvent:
+        self._committed_words.extend(words)
+        self._utterance_words.extend(words)
+        self._history_tokens.extend(self.asr.tokenizer.encode("".join(w.word for w in words)))
+        self._history_tokens = self._history_tokens[-self.options.prompt_tokens :]
+        return StreamEvent.from_words("final", words, segment_id=self.segment_id)
+
+    def _encode(self) -> tuple[torch.Tensor, int]:
+        mel = log_mel_spectrogram(self._audio, n_mels=self.asr.model.dims.n_mels, padding=HOP_LENGTH)
+        frames = min(mel.shape[-1] - 1, N_FRAMES)
+        if self.options.encoder_context == "full":
+            width = N_FRAMES
+        else:
+            margin = int(self.options.encoder_margin_seconds * FRAMES_PER_SECOND)
+            # Even frame counts (the encoder halves them) rounded up to 0.5 s steps bound the shapes.
+            width = min(N_FRAMES, int(math.ceil((frames + margin) / 50.0) * 50))
+        return self.asr.encode(pad_or_trim(mel[:, :frames], width)), frames
+
+    def _decode_words(self) -> list[Word]:
+        features, frames = self._encode()
+        prompt = self.asr.build_prompt(self._history_tokens, self.decode_options)
+        drafter = None
+        if self.options.speculative and self.options.beam_size == 1 and self._previous_tokens:
+            drafter = PreviousHypothesisDrafter(self._previous_tokens)
+        window = self.asr.decode_window(
+            features, prompt, self.decode_options, temperature=0.0, stats=self.stats.decoding, drafter=drafter
+        )
+        self.stats.decodes += 1
+        tokens = [t for t in window.tokens if t < self.asr.tokenizer.eot]
+        silent = window.no_speech_prob > self.options.no_speech_threshold and window.avg_logprob < self.options.log_prob_threshold
+        if silent or not tokens:
+            self._previous_tokens = []
+            return []
+        self._previous_tokens = tokens
+        offset = self._window_start / SAMPLE_RATE
+        words = []
+        for w in find_alignment(self.asr, tokens, features, frames):
+            start = offset + w.start
+            words.append(Word(word=w.word, start=start, end=max(start, offset + w.end), probability=w.probability))
+        return words
+
+    def _maybe_trim(self) -> None:
+        window_seconds = len(self._audio) / SAMPLE_RATE
+        trim = find_trim_time(
+            self._committed_words,
+            window_start=self._window_start / SAMPLE_RATE,
+            force=window_seconds > self.options.max_window_seconds,
+        )
+        if trim is not None:
+            self._trim_to(int(round(trim * SAMPLE_RATE)))
+
+    def _trim_to(self, sample: int) -> None:
+        cut = min(max(0, sample - self._window_start), len(self._audio))
+        if cut <= 0:
+            return
+        self._audio = self._audio[cut:]
+        self._window_start += cut
+        boundary = self._window_start / SAMPLE_RATE
+        self._committed_words = [w for w in self._committed_words if w.end > boundary]
