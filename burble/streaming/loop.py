@@ -42,8 +42,11 @@ import dataclasses
 import logging
 import signal
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
+
+import numpy as np
 
 from burble.streaming.events import StreamEvent
 from burble.streaming.ring_buffer import RingBuffer
@@ -146,6 +149,7 @@ class Pipeline:
         self.ring = RingBuffer.from_seconds(options.buffer_seconds, sample_rate=SAMPLE_RATE, name="pipeline buffer")
         self._tick = max(1, int(round(options.tick_seconds * SAMPLE_RATE)))
         self._gap_samples = 0
+        self._gaps: deque[tuple[int, int]] = deque()  # (start, length) of gaps the source reported
         self._next = 0  # index of the next sample to process
         self._eof = False
         self._lagging = False
@@ -213,7 +217,9 @@ class Pipeline:
                 if gap < 0:
                     raise ValueError(f"source chunk starts at {chunk.start}, inside audio already received")
                 if gap:
-                    # The source lost audio: keep indices on wall-clock time with silence.
+                    # The source lost audio: keep indices on wall-clock time (the ring holds
+                    # silence there) and remember the span, so stages get an Endpoint, not zeros.
+                    self._gaps.append((self.ring.end_index, gap))
                     self.ring.fill_gap(gap)
                     self._gap_samples += gap
                     self.metrics.audio_seconds += gap / SAMPLE_RATE
@@ -251,13 +257,37 @@ class Pipeline:
             items: list[Item] = []
             if start > self._next:
                 items.append(Endpoint(self._next, "gap"))  # the ring overflowed: audio was lost
-            items.append(AudioChunk(samples, start))
+            items += self._split_gaps(start, samples)
             await self._run_stages(items)
             self._next = start + len(samples)
             self.metrics.processed_seconds += len(samples) / SAMPLE_RATE
             self._update_drop_metrics()
             if live:
                 self._update_lag()
+
+    def _split_gaps(self, start: int, samples: np.ndarray) -> list[Item]:
+        """The consumed audio as chunks, with an Endpoint instead of each source gap in it."""
+        items: list[Item] = []
+        end = start + len(samples)
+        pos = start
+        while self._gaps and self._gaps[0][0] < end:
+            g_start, g_len = self._gaps[0]
+            g_end = g_start + g_len
+            if g_end <= pos:  # already behind us (e.g. overwritten by an overflow)
+                self._gaps.popleft()
+                continue
+            if g_start > pos:
+                items.append(AudioChunk(samples[pos - start : g_start - start], pos))
+            if pos <= g_start:
+                items.append(Endpoint(g_start, "gap"))
+            pos = min(g_end, end)
+            if g_end <= end:
+                self._gaps.popleft()
+            else:
+                break
+        if pos < end:
+            items.append(AudioChunk(samples[pos - start :], pos))
+        return items
 
     async def _run_stages(self, items: list[Item], first: int = 0) -> list[Item]:
         for stage in self.stages[first:]:

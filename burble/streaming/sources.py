@@ -189,7 +189,8 @@ class PushSource(AudioSource):
             if len(block):
                 self._emit(self._resampler.process(block))
                 self._next_input = start + len(block)
-            if finished and self.ring.pending == 0:
+            if finished:
+                # Audio pushed after end()/stop() (a microphone runs until closed) is ignored.
                 self._emit(self._resampler.flush())
                 self._done = True
 

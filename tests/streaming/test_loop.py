@@ -209,3 +209,30 @@ def test_memory_stays_flat_over_ten_minutes(lj_speech, silero):
     after_warmup = [m for t, m in samples if t > 60]
     growth = max(after_warmup) - after_warmup[0]
     assert growth < 8.0, f"RSS grew by {growth:.1f} MB over {metrics.audio_seconds:.0f} s of audio"
+
+
+def test_gap_reported_by_the_source_becomes_an_endpoint_not_zeros(lj_speech):
+    from burble.streaming.sources import AudioChunk, AudioSource
+
+    class Gappy(AudioSource):
+        """Delivers [0, 1 s), loses half a second, then [1.5 s, 3 s) in 0.25 s pieces."""
+
+        live = False
+
+        def __init__(self) -> None:
+            super().__init__()
+            starts = [int(SR * t) for t in (0, 0.25, 0.5, 0.75, 1.5, 1.75, 2.0, 2.25, 2.5, 2.75)]
+            self.todo = [AudioChunk(lj_speech[s : s + SR // 4], s) for s in starts]
+
+        async def read(self):
+            return self.todo.pop(0) if self.todo else None
+
+    rec, sink = FakeRecognizer(), ListSink()
+    metrics = asyncio.run(asr_pipeline(Gappy(), rec, [sink], vad=None, options=PipelineOptions(chunk_seconds=0.5)).run())
+    assert ("endpoint", SR) in rec.calls
+    spans = [(s, s + len(x)) for s, x in rec.audio]
+    assert spans[0][0] == 0 and spans[-1][1] == 3 * SR
+    assert not any(a < int(1.5 * SR) and b > SR for a, b in spans)  # nothing from the gap
+    for s, x in rec.audio:
+        np.testing.assert_array_equal(x, lj_speech[s : s + len(x)])
+    assert metrics.dropped_seconds == pytest.approx(0.5)

@@ -142,3 +142,32 @@ def test_push_source_overflow_becomes_an_index_gap():
     assert src.dropped_seconds == pytest.approx(0.5)
     assert rest[0].start == 1600 + 8000  # the lost half second is skipped, not squeezed out
     assert rest[-1].end == 1600 + 16000
+
+
+def test_push_source_stop_ends_reading_while_the_producer_goes_on():
+    src = PushSource(16000, block_seconds=0.01)
+    running = threading.Event()
+    running.set()
+
+    def produce():
+        while running.is_set():
+            src.push(np.zeros(160, np.float32))
+            time.sleep(0.002)
+
+    t = threading.Thread(target=produce)
+    t.start()
+
+    async def main():
+        n = 0
+        while (c := await src.read()) is not None:
+            n += len(c)
+            if n >= 1600:
+                src.stop()
+        return n
+
+    try:
+        n = asyncio.run(asyncio.wait_for(main(), timeout=5.0))
+    finally:
+        running.clear()
+        t.join()
+    assert n >= 1600

@@ -15,8 +15,11 @@ taken with back-pressure (a Vosk client waits for each reply, so it paces itself
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from typing import Any, Optional
+
+from websockets.exceptions import ConnectionClosed
 
 from burble.streaming.events import StreamEvent, Word, words_text
 from burble.streaming.server.protocol import (
@@ -48,10 +51,6 @@ class VoskSession(Session):
 
     # ----------------------------------------------------------------------------- starting
     async def await_start(self) -> Optional[SessionConfig]:
-        import asyncio
-
-        from websockets.exceptions import ConnectionClosed
-
         rate = self.options.vosk_sample_rate
         while True:
             try:

@@ -1,0 +1,29 @@
+"""The WebSocket streaming ASR service (``burble serve``) and its browser page.
+
+- ``protocol``: the versioned JSON protocol (messages, validation, error and close codes).
+- ``options``: ``ServerOptions``.
+- ``server``: ``AsrServer`` (routes, limits, shutdown).
+- ``session``: one connection over the standard streaming pipeline; ``vosk``: the Vosk dialect.
+- ``source``: ``NetworkSource``, the pipeline's audio source for a connection.
+- ``recognizers``: per-session recognizers over one shared model, ``ComputeLimiter``.
+- ``security``: token and Origin checks; ``http``: static page, health and metrics answers.
+- ``metrics``, ``logs``: counters and structured logs.
+
+The protocol is documented in docs/protocol.md; the client is ``burble.streaming.client``.
+"""
+
+from burble.streaming.server.options import ServerOptions
+from burble.streaming.server.protocol import PROTOCOL_VERSION, ProtocolError, SessionConfig
+from burble.streaming.server.recognizers import ComputeLimiter, RecognizerFactory, WhisperRecognizerFactory
+from burble.streaming.server.server import AsrServer
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "AsrServer",
+    "ComputeLimiter",
+    "ProtocolError",
+    "RecognizerFactory",
+    "ServerOptions",
+    "SessionConfig",
+    "WhisperRecognizerFactory",
+]

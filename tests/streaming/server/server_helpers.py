@@ -1,0 +1,65 @@
+"""Helpers for the server tests: a model-free recognizer factory and raw protocol clients.
+
+(A uniquely named module rather than ``conftest`` so test files can import it unambiguously.)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+import numpy as np
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from burble.streaming.server.protocol import SessionConfig
+from streaming_helpers import FakeRecognizer
+
+
+class FakeFactory:
+    """Makes ``FakeRecognizer``s (one deterministic word per accepted chunk, no model)."""
+
+    model_name = "fake"
+    supported: frozenset[str] = frozenset()
+    fixed_language: Optional[str] = "en"
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.created: list[FakeRecognizer] = []
+        self.configs: list[SessionConfig] = []
+
+    def create(self, config: SessionConfig) -> FakeRecognizer:
+        recognizer = FakeRecognizer(delay=self.delay, keep_audio=False)
+        self.created.append(recognizer)
+        self.configs.append(config)
+        return recognizer
+
+
+def open_session(url: str, start: Optional[dict[str, Any]] = None, **kwargs: Any) -> tuple[ClientConnection, dict]:
+    """Connect, send ``start`` (defaults: 16 kHz s16 mono), return the connection and ``ready``."""
+    ws = connect(url, compression=None, open_timeout=10, **kwargs)
+    message = {"type": "start", "sample_rate": 16000, "encoding": "pcm_s16le"}
+    message.update(start or {})
+    ws.send(json.dumps(message))
+    ready = json.loads(ws.recv(timeout=10))
+    return ws, ready
+
+
+def pcm16(samples: np.ndarray) -> bytes:
+    return np.clip(np.round(samples * 32768), -32768, 32767).astype("<i2").tobytes()
+
+
+def read_until_closed(ws: ClientConnection, timeout: float = 20.0) -> tuple[list[dict], Optional[int]]:
+    """Every message until the server closes; returns them and the close code."""
+    messages = []
+    try:
+        while True:
+            messages.append(json.loads(ws.recv(timeout=timeout)))
+    except ConnectionClosed as e:
+        return messages, (e.rcvd.code if e.rcvd is not None else None)
+    except TimeoutError:
+        return messages, -1
+
+
+def errors(messages: list[dict]) -> list[str]:
+    return [m["code"] for m in messages if m.get("type") == "error"]
