@@ -10,6 +10,8 @@ from typing import Optional, Sequence
 # name -> module; a module is imported only when its command runs (fast --help, few heavy imports).
 COMMANDS = {
     "transcribe": "burble.commands.transcribe",
+    "serve": "burble.commands.serve",
+    "client": "burble.commands.client",
 }
 
 

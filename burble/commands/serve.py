@@ -1,0 +1,99 @@
+"""``burble serve``: the WebSocket streaming ASR service with its browser captioning page."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve streaming ASR over WebSocket (with a browser page)",
+        description=(
+            "Serve streaming speech recognition over WebSocket (protocol: docs/protocol.md) at "
+            "ws://HOST:PORT/ws, a Vosk-compatible endpoint at /vosk, a captioning page at /, and "
+            "/healthz and /metrics. SIGTERM or Ctrl-C stops it gracefully: every session gets its "
+            "final results before the server closes it."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=8765, help="TCP port (0: any free port)")
+    parser.add_argument("--model", default="tiny.en", help="tiny.en, base, or a checkpoint path")
+    parser.add_argument("--token-file", default=None, help="file holding the bearer token clients must send")
+    parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="browser origin allowed besides this server's own page (repeatable; * for any)")
+    parser.add_argument("--max-sessions", type=int, default=8, help="concurrent sessions (more are refused with code 1013)")
+    parser.add_argument("--max-message-bytes", type=int, default=1 << 19, help="largest WebSocket message")
+    parser.add_argument("--max-session-seconds", type=float, default=3600.0, help="longest session (wall time)")
+    parser.add_argument("--idle-timeout", type=float, default=30.0, help="end sessions silent for this long (s)")
+    parser.add_argument("--compute-slots", type=int, default=None, help="recognizer calls running at once (default: CPU cores)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads per recognizer call (0: torch default)")
+    parser.add_argument("--chunk", type=float, default=1.0, help="default seconds of speech per recognizer step")
+    parser.add_argument("--no-vad", action="store_true", help="send all audio to the recognizer (no endpoints)")
+    parser.add_argument("--no-page", action="store_true", help="do not serve the browser page at /")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text", help="json: one object per line")
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+
+def options_from_args(args: argparse.Namespace):
+    from burble.streaming.loop import PipelineOptions
+    from burble.streaming.server import ServerOptions
+    from burble.streaming.server.security import load_token
+    from burble.streaming.vad import VADOptions
+
+    token = load_token(args.token_file) if args.token_file else None
+    return ServerOptions(
+        host=args.host,
+        port=args.port,
+        token=token,
+        allowed_origins=tuple(args.allow_origin),
+        max_sessions=args.max_sessions,
+        max_message_bytes=args.max_message_bytes,
+        max_session_seconds=args.max_session_seconds,
+        idle_timeout_seconds=args.idle_timeout,
+        compute_slots=args.compute_slots,
+        pipeline=PipelineOptions(chunk_seconds=args.chunk),
+        vad=None if args.no_vad else VADOptions(),
+        static=not args.no_page,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from burble.streaming.server.logs import configure_logging
+
+    configure_logging(args.log_format, getattr(logging, args.log_level.upper()))
+    log = logging.getLogger("burble.server")
+    try:
+        options = options_from_args(args)
+    except (OSError, ValueError) as e:
+        print(f"burble serve: {e}", file=sys.stderr)
+        return 2
+
+    import burble
+    from burble.streaming.server import AsrServer, WhisperRecognizerFactory
+
+    log.info("loading model %s", args.model, extra={"event": "loading_model", "model": args.model})
+    asr = burble.load_model(args.model, device=args.device, threads=args.threads or None)
+    factory = WhisperRecognizerFactory(asr, model_name=args.model)
+
+    async def main() -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        # Recognizer calls run via asyncio.to_thread; give every possible session a worker so a
+        # session waiting for a compute slot never delays another session's VAD-only work.
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=options.max_sessions + 4))
+        server = AsrServer(factory, options)
+        try:
+            await server.start()
+        except OSError as e:
+            log.error("cannot listen on %s:%d: %s", options.host, options.port, e, extra={"event": "bind_failed"})
+            raise SystemExit(1) from None
+        print(f"burble: serving {args.model} at {server.url} (page: http://{options.host}:{server.port}/)", file=sys.stderr, flush=True)
+        await server.serve_forever()
+
+    asyncio.run(main())
+    return 0
