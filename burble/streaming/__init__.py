@@ -10,7 +10,7 @@ Modules (one job each):
 - ``policy``: ``LocalAgreement`` commit policy and ``find_trim_time``.
 - ``stages``: the ``Stage`` and ``Recognizer`` interfaces and the standard stages.
 - ``loop``: ``Pipeline`` (the asyncio driver), ``asr_pipeline``, ``run_until_interrupted``.
-- ``sinks``: ``TerminalSink``, ``JsonLinesSink``, ``SrtSink``.
+- ``sinks``: ``TerminalSink``, ``JsonLinesSink``, ``EventLogSink``, ``SrtSink``.
 
 Importing this package does not import sounddevice, silero-vad or onnxruntime; they load when a
 microphone or the VAD is first used.
@@ -27,7 +27,7 @@ from burble.streaming.loop import (
 from burble.streaming.policy import LocalAgreement, find_trim_time, normalize_word
 from burble.streaming.resample import StreamingResampler
 from burble.streaming.ring_buffer import RingBuffer
-from burble.streaming.sinks import JsonLinesSink, Sink, SrtSink, TerminalSink
+from burble.streaming.sinks import EventLogSink, JsonLinesSink, Sink, SrtSink, TerminalSink
 from burble.streaming.sources import (
     ArraySource,
     AudioChunk,
@@ -51,6 +51,7 @@ __all__ = [
     "AudioChunk",
     "AudioSource",
     "Endpoint",
+    "EventLogSink",
     "FileSource",
     "JsonLinesSink",
     "LocalAgreement",

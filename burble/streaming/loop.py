@@ -347,7 +347,7 @@ def asr_pipeline(
     recognizer: Recognizer,
     sinks: Sequence[Sink],
     *,
-    vad: Union[StreamingVAD, VADOptions, None] = None,
+    vad: Union[StreamingVAD, VADOptions, None] = VADOptions(),
     options: PipelineOptions = PipelineOptions(),
 ) -> Pipeline:
     """The standard chain: ``source -> [VADStage] -> RecognizerStage -> SinkStage``.
@@ -356,8 +356,9 @@ def asr_pipeline(
       source: audio source.
       recognizer: the streaming recognizer.
       sinks: where events go.
-      vad: a ``StreamingVAD``, ``VADOptions`` to build one (silero), or ``None`` to send all
-        audio to the recognizer (no endpoints except at gaps and the end).
+      vad: a ``StreamingVAD``, ``VADOptions`` to build one (silero; the default: Whisper then
+        never sees silence or noise to hallucinate on), or ``None`` to send all audio to the
+        recognizer (no endpoints except at gaps and the end).
       options: loop settings (``chunk_seconds`` is passed to the recognizer stage).
     """
     stages: list[Stage] = []

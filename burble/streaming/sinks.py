@@ -8,6 +8,7 @@ calls: a socket sink should queue).
   current line rewritten in place; a new line per utterance. Without a terminal (a pipe) it writes
   only committed text, no escape codes.
 - ``JsonLinesSink``: ``StreamEvent.to_json()`` per line (``burble stream --json``).
+- ``EventLogSink``: one readable line per event with its times (``burble stream``).
 - ``SrtSink``: committed words grouped into numbered SRT cues, appended per utterance so the file
   is valid while the stream is still running.
 """
@@ -166,6 +167,34 @@ class JsonLinesSink:
             self._file.close()
         else:
             self._file.flush()
+
+
+class EventLogSink:
+    """One human-readable line per event, with its audio span and emission time
+    (``burble stream FILE`` without ``--json``)::
+
+        emitted   3.10s  final     [  1.20 ->   2.50] hello world
+
+    Args:
+      stream: where to write (default ``sys.stdout``).
+      partials: include partial events.
+    """
+
+    def __init__(self, stream: Optional[IO[str]] = None, *, partials: bool = False) -> None:
+        self.stream = stream if stream is not None else sys.stdout
+        self.partials = partials
+
+    def write(self, event: StreamEvent) -> None:
+        if event.type == "partial" and not self.partials:
+            return
+        emitted = f"{event.emitted_at:7.2f}s" if event.emitted_at is not None else "      -"
+        self.stream.write(
+            f"emitted {emitted}  {event.type:<8s}  [{event.start:7.2f} -> {event.end:7.2f}] {event.text.strip()}\n"
+        )
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.flush()
 
 
 def format_srt_time(seconds: float) -> str:

@@ -114,3 +114,16 @@ def test_srt_close_writes_pending_words(tmp_path):
     sink.close()
     sink.close()  # idempotent
     assert "unfinished" in path.read_text()
+
+
+def test_event_log_lines():
+    from burble.streaming.sinks import EventLogSink
+
+    out = io.StringIO()
+    sink = EventLogSink(out)
+    for e in STREAM:
+        sink.write(StreamEvent(**{**e.__dict__, "emitted_at": 3.1}))
+    sink.close()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 5  # partials left out
+    assert lines[0] == "emitted    3.10s  final     [   0.00 ->    0.40] Hello"
