@@ -107,6 +107,14 @@ class ServerThread:
     async def _count(self) -> int:
         return len(self.server.sessions)
 
+    def task_count(self) -> int:
+        """asyncio tasks alive on the server's loop (a leak check: compare before and after)."""
+
+        async def count() -> int:
+            return len(asyncio.all_tasks())
+
+        return self.call(count)
+
     def snapshot(self) -> dict:
         async def snap() -> dict:
             return self.server.snapshot()

@@ -73,6 +73,7 @@ class AsrServer:
         self._ids = itertools.count(1)
         self._prefix = secrets.token_hex(3)
         self._server: Optional[Server] = None
+        self._port: Optional[int] = None
         self._closing = False
         self._stopped: Optional[asyncio.Event] = None
 
@@ -80,9 +81,9 @@ class AsrServer:
     @property
     def port(self) -> int:
         """The bound port (useful with ``port=0``)."""
-        if self._server is None:
+        if self._port is None:
             raise RuntimeError("the server is not started")
-        return self._server.sockets[0].getsockname()[1]
+        return self._port
 
     @property
     def url(self) -> str:
@@ -110,6 +111,7 @@ class AsrServer:
             close_timeout=min(opts.send_timeout_seconds, 10.0),
             server_header="burble",
         )
+        self._port = self._server.sockets[0].getsockname()[1]
         logger.info(
             "listening on %s (model %s, max %d sessions, %d compute slots)", self.url, self.factory.model_name,
             opts.max_sessions, self.limiter.slots, extra={"event": "listening", "url": self.url},

@@ -37,7 +37,7 @@ class FakeFactory:
 
 def open_session(url: str, start: Optional[dict[str, Any]] = None, **kwargs: Any) -> tuple[ClientConnection, dict]:
     """Connect, send ``start`` (defaults: 16 kHz s16 mono), return the connection and ``ready``."""
-    ws = connect(url, compression=None, open_timeout=10, **kwargs)
+    ws = connect(url, compression=None, open_timeout=10, legacy=True, **kwargs)
     message = {"type": "start", "sample_rate": 16000, "encoding": "pcm_s16le"}
     message.update(start or {})
     ws.send(json.dumps(message))
@@ -63,3 +63,31 @@ def read_until_closed(ws: ClientConnection, timeout: float = 20.0) -> tuple[list
 
 def errors(messages: list[dict]) -> list[str]:
     return [m["code"] for m in messages if m.get("type") == "error"]
+
+
+class FloodRecognizer:
+    """Answers every ``accept`` with a huge partial (tests a client that never reads)."""
+
+    def __init__(self, words: int = 1500) -> None:
+        self.words = words
+        self.calls = 0
+
+    def accept(self, audio: np.ndarray, start_sample: int) -> list:
+        from burble.streaming.events import StreamEvent, Word
+
+        self.calls += 1
+        t = start_sample / 16000
+        return [StreamEvent.from_words("partial", [Word(f" flood{i}", t, t) for i in range(self.words)])]
+
+    def endpoint(self, at_sample: int) -> list:
+        return []
+
+    def flush(self) -> list:
+        return []
+
+
+class FloodFactory(FakeFactory):
+    model_name = "flood"
+
+    def create(self, config: SessionConfig) -> FloodRecognizer:  # type: ignore[override]
+        return FloodRecognizer()
