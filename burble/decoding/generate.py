@@ -63,6 +63,11 @@ class _ProbeRecorder:
             self.logits = logits[:, self.index - start].clone()
 
 
+def _working_precision(logits: torch.Tensor) -> torch.Tensor:
+    """fp32 for half-precision logits; fp64 logits stay fp64 (exact statistical tests)."""
+    return logits if logits.dtype == torch.float64 else logits.float()
+
+
 def generate(
     model: AutoregressiveModel,
     prompt: torch.Tensor,
@@ -103,7 +108,7 @@ def generate(
     device = prompt.device
 
     def rule(logits: torch.Tensor, prefix: Sequence[int]) -> torch.Tensor:
-        processed = logits.float().clone().unsqueeze(0)
+        processed = _working_precision(logits).clone().unsqueeze(0)
         apply_processors(processors, processed, torch.tensor([list(prefix)], device=device))
         if options.temperature == 0:
             return processed[0]
@@ -118,7 +123,8 @@ def generate(
     logprobs: list[list[float]] = [[] for _ in range(batch)]
     finished = [False] * batch
 
-    while not all(finished) and len(tokens[0]) < options.max_new_tokens:
+    # A row is active until it finishes or reaches the length limit (row 0 may stop before others).
+    while any(not done and len(row) < options.max_new_tokens for done, row in zip(finished, tokens)):
         room = options.max_new_tokens - len(tokens[0]) - 1
         draft_tokens: list[int] = []
         draft_probs = None
@@ -135,7 +141,7 @@ def generate(
         stats.target_passes += 1
         probe.see(start, logits)
 
-        processed = logits.float().clone()
+        processed = _working_precision(logits).clone()
         for j in range(step_input.shape[1]):
             prefix = sequence
             if j:
