@@ -22,6 +22,7 @@ loop stamps emission times.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Optional
@@ -61,9 +62,9 @@ class StreamingOptions:
     agreement: int = 2
     speculative: bool = True
     draft_length: int = 8
-    encoder_context: str = "window"
+    encoder_context: str = "full"
     encoder_margin_seconds: float = 1.0
-    max_window_seconds: float = 15.0
+    max_window_seconds: float = 8.0
     prompt_tokens: int = 128
     no_speech_threshold: float = 0.6
     log_prob_threshold: float = -1.0
@@ -157,6 +158,7 @@ class WhisperStreamingRecognizer:
             )
         )
         self.segment_id += 1
+        self._trim_to(self._window_start + len(self._audio))  # committed words -> prompt history
         self._utterance_words = []
         self._committed_words = []
         self._audio = np.zeros(0, dtype=np.float32)
@@ -176,8 +178,6 @@ class WhisperStreamingRecognizer:
     def _commit(self, words: list[Word]) -> StreamEvent:
         self._committed_words.extend(words)
         self._utterance_words.extend(words)
-        self._history_tokens.extend(self.asr.tokenizer.encode("".join(w.word for w in words)))
-        self._history_tokens = self._history_tokens[-self.options.prompt_tokens :]
         return StreamEvent.from_words("final", words, segment_id=self.segment_id)
 
     def _encode(self) -> tuple[torch.Tensor, int]:
@@ -197,8 +197,11 @@ class WhisperStreamingRecognizer:
         drafter = None
         if self.options.speculative and self.options.beam_size == 1 and self._previous_tokens:
             drafter = PreviousHypothesisDrafter(self._previous_tokens)
+        # Speech is at most ~5 tokens per second; a cap keeps a looping decode from running to 224.
+        max_tokens = int(8 * len(self._audio) / SAMPLE_RATE) + 8
+        options = dataclasses.replace(self.decode_options, max_new_tokens=max_tokens)
         window = self.asr.decode_window(
-            features, prompt, self.decode_options, temperature=0.0, stats=self.stats.decoding, drafter=drafter
+            features, prompt, options, temperature=0.0, stats=self.stats.decoding, drafter=drafter
         )
         self.stats.decodes += 1
         tokens = [t for t in window.tokens if t < self.asr.tokenizer.eot]
@@ -208,10 +211,16 @@ class WhisperStreamingRecognizer:
             return []
         self._previous_tokens = tokens
         offset = self._window_start / SAMPLE_RATE
+        aligned = find_alignment(self.asr, tokens, features, frames)
+        # DTW stretches a word over a following pause (often the last word up to the window end),
+        # which would make the commit policy drop the next real words as "already committed".
+        durations = sorted(w.end - w.start for w in aligned if w.end > w.start)
+        longest = max(0.7, 2 * durations[len(durations) // 2]) if durations else 0.7
         words = []
-        for w in find_alignment(self.asr, tokens, features, frames):
+        for w in aligned:
             start = offset + w.start
-            words.append(Word(word=w.word, start=start, end=max(start, offset + w.end), probability=w.probability))
+            end = min(offset + w.end, start + longest)
+            words.append(Word(word=w.word, start=start, end=max(start, end), probability=w.probability))
         return words
 
     def _maybe_trim(self) -> None:
@@ -231,4 +240,10 @@ class WhisperStreamingRecognizer:
         self._audio = self._audio[cut:]
         self._window_start += cut
         boundary = self._window_start / SAMPLE_RATE
-        self._committed_words = [w for w in self._committed_words if w.end > boundary]
+        # Committed words that leave the window become the prompt. Words still inside it must not
+        # be in the prompt: Whisper would treat them as already said and skip their audio.
+        gone = [w for w in self._committed_words if w.end <= boundary + 1e-6]
+        self._committed_words = self._committed_words[len(gone) :]
+        if gone:
+            self._history_tokens.extend(self.asr.tokenizer.encode("".join(w.word for w in gone)))
+            self._history_tokens = self._history_tokens[-self.options.prompt_tokens :]
