@@ -10,6 +10,7 @@ from typing import Optional, Sequence
 # name -> module; a module is imported only when its command runs (fast --help, few heavy imports).
 COMMANDS = {
     "transcribe": "burble.commands.transcribe",
+    "score": "burble.commands.score",
     "stream": "burble.commands.stream",
     "listen": "burble.commands.listen",
     "serve": "burble.commands.serve",

@@ -8,6 +8,7 @@ search itself to :mod:`burble.decoding` (greedy/sampling/speculative in ``genera
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -121,17 +122,7 @@ class WhisperASR:
     ) -> WindowResult:
         """Decode one 30 s window's text tokens (timestamps included, end-of-text excluded)."""
         text_model = WhisperTextModel(self.model, audio_features)
-        n_ctx = self.model.dims.n_text_ctx
-        max_new = options.max_new_tokens or min(n_ctx // 2, n_ctx - max(len(prompt) - 1, 0))
-        decoding = DecodingOptions(
-            max_new_tokens=min(max_new, n_ctx - len(prompt)),
-            eos_token_id=self.tokenizer.eot,
-            temperature=temperature,
-            beam_size=options.beam_size if temperature == 0 else 1,
-            patience=options.patience,
-            length_penalty=options.length_penalty,
-            draft_length=options.draft_length,
-        )
+        decoding = self._decoding_options(prompt, options, temperature)
         chain = self.processors(prompt, options)
         prompt_tensor = torch.tensor([prompt], device=self.device)
         probe = prompt.index(self.tokenizer.sot)
@@ -150,11 +141,71 @@ class WhisperASR:
             stats.merge(result.stats)
         return self._best(result, temperature)
 
-    def _best(self, result: GenerationResult, temperature: float) -> WindowResult:
+    def decode_windows(
+        self,
+        audio_features: torch.Tensor,
+        prompt: list[int],
+        options: TranscribeOptions,
+        *,
+        temperature: float = 0.0,
+        stats: Optional[SpeculativeStats] = None,
+    ) -> list[WindowResult]:
+        """Decode ``B`` windows sharing one prompt in one batch: ``B`` rows of the shared loop.
+
+        Greedy and sampling decode all windows together (``best_of`` samples per window become
+        ``B * best_of`` rows); rows finish independently, so each window gets the tokens it would
+        get alone. Beam search and speculative decoding run window by window (both decode one
+        sequence at a time).
+
+        Args:
+          audio_features: ``(B, 1500, D)`` encoder states.
+          prompt: the prompt every window starts from.
+          options: transcription options.
+          temperature: 0 for greedy, > 0 to sample.
+          stats: decoding counters to merge into.
+        """
+        batch = audio_features.shape[0]
+        sequential = (temperature == 0 and (options.beam_size > 1 or options.speculative != "off"))
+        if batch == 1 or sequential:
+            return [
+                self.decode_window(audio_features[i : i + 1], prompt, options, temperature=temperature, stats=stats)
+                for i in range(batch)
+            ]
+        samples = options.best_of if temperature > 0 else 1
+        if samples > 1:
+            audio_features = audio_features.repeat_interleave(samples, dim=0)
+        text_model = WhisperTextModel(self.model, audio_features)
+        decoding = replace(self._decoding_options(prompt, options, temperature), beam_size=1)
+        prompts = torch.tensor([prompt], device=self.device).repeat(batch * samples, 1)
+        with torch.inference_mode():
+            result = generate(
+                text_model, prompts, decoding, processors=self.processors(prompt, options),
+                probe_index=prompt.index(self.tokenizer.sot),
+            )
+        if stats is not None:
+            stats.merge(result.stats)
+        return [self._best(result, temperature, rows=range(i * samples, (i + 1) * samples)) for i in range(batch)]
+
+    def _decoding_options(self, prompt: list[int], options: TranscribeOptions, temperature: float) -> DecodingOptions:
+        n_ctx = self.model.dims.n_text_ctx
+        max_new = options.max_new_tokens or min(n_ctx // 2, n_ctx - max(len(prompt) - 1, 0))
+        return DecodingOptions(
+            max_new_tokens=min(max_new, n_ctx - len(prompt)),
+            eos_token_id=self.tokenizer.eot,
+            temperature=temperature,
+            beam_size=options.beam_size if temperature == 0 else 1,
+            patience=options.patience,
+            length_penalty=options.length_penalty,
+            draft_length=options.draft_length,
+        )
+
+    def _best(self, result: GenerationResult, temperature: float, rows: Optional[range] = None) -> WindowResult:
+        """The best of ``rows`` (default: all rows) by average log-probability."""
         assert result.probe_logits is not None
-        no_speech = float(torch.softmax(result.probe_logits[0].float(), dim=-1)[self.tokenizer.no_speech])
+        rows = rows if rows is not None else range(len(result.tokens))
+        no_speech = float(torch.softmax(result.probe_logits[rows[0]].float(), dim=-1)[self.tokenizer.no_speech])
         # avg log-prob as the reference: sum over generated tokens (end-of-text included) / (len + 1).
-        scored = [(sum(lp) / (len(tokens) + 1), tokens) for tokens, lp in zip(result.tokens, result.token_logprobs)]
+        scored = [(sum(result.token_logprobs[r]) / (len(result.tokens[r]) + 1), result.tokens[r]) for r in rows]
         avg_logprob, tokens = max(scored, key=lambda s: s[0])
         text = self.tokenizer.decode(tokens)
         return WindowResult(
@@ -181,8 +232,6 @@ class WhisperASR:
         """
         options = options or TranscribeOptions()
         if overrides:
-            from dataclasses import replace
-
             options = replace(options, **overrides)
         return transcribe(self, audio, options, progress=progress)
 

@@ -1,39 +1,68 @@
-"""``burble transcribe FILE...``: offline transcription to txt / srt / vtt / json."""
+"""``burble transcribe INPUT...``: offline transcription of files, folders, globs and manifests.
+
+One file or a million: inputs are collected into items (:mod:`burble.batch.inputs`), each item
+gets ``<output-dir>/<id>.<fmt>`` outputs written atomically, unreadable inputs are reported and
+skipped, and a summary closes the run. ``--batch-size`` switches from long-form decoding (one
+30 s window at a time, each prompted with the previous text: the reference behaviour) to batched
+windows; ``--workers`` runs model copies in parallel; ``--engine ray`` runs the same job on Ray
+Data; ``--resume`` skips items whose outputs are complete.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-FORMATS = ("txt", "srt", "vtt", "json")
+from burble.batch.outputs import FORMATS
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "transcribe",
-        help="transcribe audio files",
+        help="transcribe audio files, folders and manifests",
         description=(
-            "Transcribe audio files with Whisper. Each input FILE gets outputs named after its stem "
-            "in --output-dir. A missing or undecodable file is reported and the others still complete."
+            "Transcribe audio with Whisper. INPUT is an audio file, a folder (searched recursively for "
+            "audio files), a glob ('data/**/*.flac') or a JSONL manifest ({\"audio\": PATH, \"text\": ..., "
+            "\"id\": ...} per line, or lhotse recordings/cuts). Each item gets outputs named after its id "
+            "(file stem, path inside the folder, or manifest id) in --output-dir. A missing, corrupt or "
+            "empty file is reported (and logged with --errors-file) and the others still complete."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("files", nargs="+", metavar="FILE", help="audio files (wav, flac, ogg, mp3, ...)")
+    parser.add_argument("inputs", nargs="+", metavar="INPUT", help="audio files, folders, globs or JSONL manifests")
     parser.add_argument("--model", default="tiny.en", help="tiny.en, base, or a checkpoint path")
     parser.add_argument("--beam-size", type=int, default=5, help="1 = greedy search")
     parser.add_argument("--temperature", type=float, nargs="+", default=None, help="fallback temperatures (default 0 0.2 ... 1.0)")
     parser.add_argument("--language", default=None, help="language code for multilingual models")
     parser.add_argument("--word-timestamps", action="store_true", help="align words to audio (cross-attention DTW)")
+    parser.add_argument("--without-timestamps", action="store_true", help="decode text only: one segment per window")
     parser.add_argument("--no-condition-on-previous-text", action="store_true", help="do not prompt windows with earlier text")
-    parser.add_argument("--initial-prompt", default=None, help="text to prompt the first window with")
+    parser.add_argument("--initial-prompt", default=None, help="text to prompt the first window (every window when batched) with")
     parser.add_argument("--speculative", choices=("off", "ngram", "self", "auto"), default="off", help="lossless speculative decoding drafter (greedy only)")
     parser.add_argument("--draft-length", type=int, default=4, help="tokens per speculative draft")
     parser.add_argument("--output-format", "-f", choices=FORMATS + ("all",), default="txt")
     parser.add_argument("--output-dir", "-o", default=".", help="where outputs are written")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads per worker (0 = cores / workers)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar, no transcript on stdout")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar, no transcripts on stdout, no summary")
+
+    job = parser.add_argument_group("batch jobs")
+    job.add_argument("--batch-size", type=int, default=None,
+                     help="decode this many 30 s windows (of one long file or of several files) per forward pass; "
+                          "windows are independent (no previous-text prompt). Default: long-form decoding, one window at a time")
+    job.add_argument("--segmentation", choices=("auto", "vad", "fixed"), default="auto",
+                     help="with --batch-size: how recordings are cut into windows (auto: files up to 30 s whole, longer ones by silero-vad)")
+    job.add_argument("--workers", type=int, default=1, help="model copies working in parallel (processes, or Ray actors)")
+    job.add_argument("--engine", choices=("local", "ray"), default="local", help="run here, or on Ray Data (pip install 'burble[ray]')")
+    job.add_argument("--ray-address", default=None, help="Ray cluster to connect to (default: RAY_ADDRESS or a local instance)")
+    job.add_argument("--resume", action="store_true", help="skip items whose outputs all exist and are complete")
+    job.add_argument("--errors-file", default=None, help="write one JSON line per failed item here")
+    job.add_argument("--records-file", default=None, help="write one JSON line per item (status, audio seconds, latency, text) here")
+    job.add_argument("--summary-file", default=None, help="write the run summary (files, audio hours, wall time, RTF) here as JSON")
+
+    from burble.asr.fusion.cli import add_biasing_arguments
+
+    add_biasing_arguments(parser)
 
 
 def options_from_args(args: argparse.Namespace):
@@ -43,6 +72,7 @@ def options_from_args(args: argparse.Namespace):
         beam_size=args.beam_size,
         language=args.language,
         word_timestamps=args.word_timestamps,
+        without_timestamps=getattr(args, "without_timestamps", False),
         condition_on_previous_text=not args.no_condition_on_previous_text,
         initial_prompt=args.initial_prompt,
         speculative=args.speculative,
@@ -53,47 +83,63 @@ def options_from_args(args: argparse.Namespace):
     return TranscribeOptions(**fields)
 
 
-def write_outputs(result, stem: str, output_dir: Path, output_format: str) -> list[Path]:
-    """Write each requested format atomically (temp file + rename); return the paths."""
-    from burble.asr.results import WRITERS
+def config_from_args(args: argparse.Namespace):
+    """The :class:`~burble.batch.job.JobConfig` and :class:`~burble.batch.runner.RunOptions` of the flags."""
+    from burble.asr.fusion.cli import biasing_from_args
+    from burble.batch.batched import BatchOptions
+    from burble.batch.job import JobConfig
+    from burble.batch.outputs import parse_formats
+    from burble.batch.runner import RunOptions
 
-    output_dir.mkdir(parents=True, exist_ok=True)
-    formats = FORMATS if output_format == "all" else (output_format,)
-    written = []
-    for fmt in formats:
-        path = output_dir / f"{stem}.{fmt}"
-        temporary = path.with_name(path.name + ".tmp")
-        temporary.write_text(WRITERS[fmt](result), encoding="utf-8")
-        temporary.replace(path)
-        written.append(path)
-    return written
+    biasing = biasing_from_args(args)
+    config = JobConfig(
+        output_dir=args.output_dir,
+        formats=parse_formats(args.output_format),
+        model=args.model,
+        device=args.device,
+        threads=args.threads,
+        options=options_from_args(args),
+        batch=BatchOptions(batch_size=args.batch_size, segmentation=args.segmentation) if args.batch_size else None,
+        biasing=biasing if biasing.enabled else None,
+    )
+    run = RunOptions(
+        engine=args.engine, workers=args.workers, resume=args.resume, progress=not args.quiet,
+        errors_file=args.errors_file, records_file=args.records_file, summary_file=args.summary_file, ray_address=args.ray_address,
+    )
+    return config, run
 
 
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    import burble
-    from burble.asr.frontend import AudioDecodeError, load_audio
+    from burble.batch.inputs import InputError, collect_inputs
+    from burble.batch.local import WorkerStartError
+    from burble.batch.runner import run_job
 
-    options = options_from_args(args)
-    asr = burble.load_model(args.model, device=args.device, threads=args.threads or None)
-    failures = 0
-    for name in args.files:
-        path = Path(name)
-        try:
-            audio = load_audio(path)
-        except (FileNotFoundError, AudioDecodeError) as error:
-            print(f"burble transcribe: error: {error}", file=sys.stderr)
-            failures += 1
-            continue
-        duration = len(audio) / 16000
-        with tqdm(total=round(duration, 2), unit="s", desc=path.name, disable=args.quiet, leave=False,
-                  bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s audio [{elapsed}<{remaining}]") as bar:
-            result = asr.transcribe(audio, options, progress=lambda seconds: bar.update(min(seconds, bar.total - bar.n)))
-        outputs = write_outputs(result, path.stem, Path(args.output_dir), args.output_format)
-        if not args.quiet:
-            print(result.text)
-            print(f"  -> {', '.join(str(p) for p in outputs)}", file=sys.stderr)
-    if failures:
-        print(f"burble transcribe: {failures} of {len(args.files)} file(s) failed", file=sys.stderr)
-    return 1 if failures else 0
+    try:
+        if args.batch_size is not None and args.batch_size < 1:
+            raise ValueError("--batch-size must be >= 1")
+        config, run_options = config_from_args(args)
+        items = collect_inputs(args.inputs)
+    except (InputError, ValueError) as error:
+        print(f"burble transcribe: error: {error}", file=sys.stderr)
+        return 2
+
+    def report(record) -> None:
+        if record.status == "failed":
+            message = record.error if record.audio in (record.error or "") else f"{record.audio}: {record.error}"
+            tqdm.write(f"burble transcribe: error: {message}", file=sys.stderr)
+        elif record.status == "ok" and not args.quiet:
+            tqdm.write(record.text or "", file=sys.stdout)
+            tqdm.write(f"  -> {', '.join(record.outputs)}", file=sys.stderr)
+
+    try:
+        summary = run_job(items, config, run_options, on_record=report)
+    except (WorkerStartError, FileNotFoundError, ImportError, RuntimeError) as error:
+        print(f"burble transcribe: error: {error}", file=sys.stderr)
+        return 2
+    if not args.quiet:
+        print(f"burble transcribe: {summary.format()}", file=sys.stderr)
+    if summary.failed:
+        print(f"burble transcribe: {summary.failed} of {summary.files} file(s) failed", file=sys.stderr)
+    return 1 if summary.failed else 0

@@ -1,0 +1,290 @@
+"""Batched Whisper inference: many 30 s windows per encoder forward and per decoder pass.
+
+Long-form transcription (:mod:`burble.asr.transcribe`) decodes one window at a time because each
+window's prompt and start depend on the previous window. Here every window is independent (the
+approach of faster-whisper's ``BatchedInferencePipeline``): recordings are cut into chunks of at
+most 30 s (:mod:`burble.batch.segment`), all chunks share one prompt (``initial_prompt`` but no
+previous text), and ``batch_size`` of them - from one long recording or from many short ones -
+are encoded together and decoded as the rows of one call to the shared decoding loop
+(:meth:`burble.asr.pipeline.WhisperASR.decode_windows`). Rows finish independently, so a window
+gets the same tokens in a batch as alone.
+
+Temperature fallback is per window: the windows that fail the quality checks are decoded again,
+together, at the next temperature.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Generic, Iterable, Iterator, Optional, TypeVar, Union
+
+import numpy as np
+import torch
+
+from burble.asr.frontend import CHUNK_LENGTH, HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram, pad_or_trim
+from burble.asr.options import TranscribeOptions
+from burble.asr.results import Segment, TranscriptionResult
+from burble.asr.transcribe import WindowResult, split_by_timestamps
+from burble.batch.segment import SEGMENTATIONS, Chunk, Segmenter
+from burble.decoding.speculative import SpeculativeStats
+
+if TYPE_CHECKING:
+    from burble.asr.pipeline import WhisperASR
+
+K = TypeVar("K")
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """How windows are formed and batched.
+
+    Attributes:
+      batch_size: windows per encoder forward and per decoder pass.
+      segmentation: ``auto`` (one window up to 30 s, VAD beyond), ``vad`` or ``fixed``.
+      max_chunk_seconds: the longest window.
+    """
+
+    batch_size: int = 8
+    segmentation: str = "auto"
+    max_chunk_seconds: float = CHUNK_LENGTH
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        if self.segmentation not in SEGMENTATIONS:
+            raise ValueError(f"segmentation must be one of {SEGMENTATIONS}, not {self.segmentation!r}")
+        if not 0 < self.max_chunk_seconds <= CHUNK_LENGTH:
+            raise ValueError(f"max_chunk_seconds must be in (0, {CHUNK_LENGTH}]")
+
+
+def window_features(audio: np.ndarray, chunk: Chunk, n_mels: int = 80) -> torch.Tensor:
+    """Log-mel ``(n_mels, 3000)`` of one chunk, computed on the chunk alone and zero-padded.
+
+    For a recording of at most 30 s this equals the first window of long-form transcription.
+    """
+    mel = log_mel_spectrogram(audio[chunk.start : chunk.end], n_mels=n_mels, padding=HOP_LENGTH)
+    return pad_or_trim(mel[:, : mel.shape[-1] - 1])
+
+
+def needs_fallback(window: WindowResult, options: TranscribeOptions) -> bool:
+    """The quality checks of long-form decoding (``decode_with_fallback``), for one window."""
+    failed = False
+    if options.compression_ratio_threshold is not None and window.compression_ratio > options.compression_ratio_threshold:
+        failed = True  # too repetitive
+    if options.log_prob_threshold is not None and window.avg_logprob < options.log_prob_threshold:
+        failed = True  # too improbable
+    if (
+        failed
+        and options.no_speech_threshold is not None
+        and window.no_speech_prob > options.no_speech_threshold
+        and options.log_prob_threshold is not None
+        and window.avg_logprob < options.log_prob_threshold
+    ):
+        failed = False  # silence: a retry would only hallucinate
+    return failed
+
+
+def best_candidate(candidates: list[WindowResult], options: TranscribeOptions) -> WindowResult:
+    """After all temperatures failed: the most probable window among the not-too-repetitive ones."""
+    threshold = options.compression_ratio_threshold
+    pool = [w for w in candidates if threshold is None or w.compression_ratio <= threshold] or candidates
+    return max(pool, key=lambda w: w.avg_logprob)
+
+
+@dataclass
+class _Window:
+    job: "_Job"
+    index: int
+    chunk: Chunk
+    mel: torch.Tensor
+
+
+@dataclass
+class _Job(Generic[K]):
+    key: K
+    duration: float
+    chunks: list[Chunk]
+    pieces: dict[int, list[dict]] = field(default_factory=dict)
+    error: Optional[BaseException] = None
+    encoder_seconds: float = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.error is not None or len(self.pieces) == len(self.chunks)
+
+
+class BatchedTranscriber:
+    """Transcribes many recordings with batched windows.
+
+    Args:
+      asr: the loaded recogniser.
+      options: transcription options (``condition_on_previous_text`` does not apply: windows
+        are independent; ``initial_prompt`` prompts every window).
+      batch: window formation and batch size.
+    """
+
+    def __init__(self, asr: "WhisperASR", options: TranscribeOptions = TranscribeOptions(), batch: BatchOptions = BatchOptions()) -> None:
+        self.asr = asr
+        self.options = options
+        self.batch = batch
+        self.segmenter = Segmenter(batch.segmentation, batch.max_chunk_seconds)
+        previous = asr.tokenizer.encode(" " + options.initial_prompt.strip()) if options.initial_prompt else []
+        self.prompt = asr.build_prompt(previous, options)
+        self.stats = SpeculativeStats()
+
+    # -- public API ------------------------------------------------------------------------------
+
+    def transcribe(self, audio: np.ndarray) -> TranscriptionResult:
+        """Transcribe one recording (its windows batched together)."""
+        ((_, result),) = list(self.transcribe_many([(0, audio)]))
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def transcribe_many(
+        self, inputs: Iterable[tuple[K, np.ndarray]]
+    ) -> Iterator[tuple[K, Union[TranscriptionResult, BaseException]]]:
+        """Transcribe ``(key, 16 kHz mono samples)`` pairs, yielding ``(key, result)`` in input order.
+
+        Inputs are pulled lazily, only as far as needed to fill the next batch. A window whose
+        decoding raises makes its recording's result that exception; the other recordings go on.
+        """
+        queue: deque[_Window] = deque()
+        jobs: deque[_Job] = deque()
+        n_mels = self.asr.model.dims.n_mels
+        for key, audio in inputs:
+            job = _Job(key=key, duration=0.0, chunks=[])
+            jobs.append(job)
+            try:
+                audio = np.asarray(audio, dtype=np.float32)
+                if audio.ndim != 1:
+                    raise ValueError(f"expected mono audio (1-D), got shape {audio.shape}")
+                job.duration = len(audio) / SAMPLE_RATE
+                job.chunks = self.segmenter(audio)
+                windows = [_Window(job, i, chunk, window_features(audio, chunk, n_mels)) for i, chunk in enumerate(job.chunks)]
+            except Exception as error:  # this recording fails, the others go on
+                job.error = error
+                windows = []
+            for window in windows:
+                queue.append(window)
+                if len(queue) >= self.batch.batch_size:
+                    self._run_batch([queue.popleft() for _ in range(self.batch.batch_size)])
+            yield from self._finished(jobs)
+        while queue:
+            self._run_batch([queue.popleft() for _ in range(min(self.batch.batch_size, len(queue)))])
+        yield from self._finished(jobs)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _finished(self, jobs: "deque[_Job]") -> Iterator[tuple[K, Union[TranscriptionResult, BaseException]]]:
+        while jobs and jobs[0].done:
+            job = jobs.popleft()
+            yield job.key, (job.error if job.error is not None else self._result(job))
+
+    def _run_batch(self, windows: list[_Window]) -> None:
+        windows = [w for w in windows if w.job.error is None]
+        if not windows:
+            return
+        try:
+            self._decode(windows)
+        except Exception as error:
+            if len(windows) == 1:
+                windows[0].job.error = error
+                return
+            # Find the culprit: decode one by one, failing only the recordings that fail alone.
+            for window in windows:
+                if window.job.error is None:
+                    try:
+                        self._decode([window])
+                    except Exception as error:  # reported per recording, never fatal to the batch
+                        window.job.error = error
+
+    def _decode(self, windows: list[_Window]) -> None:
+        asr, options = self.asr, self.options
+        started = time.perf_counter()
+        features = asr.encode(torch.stack([w.mel for w in windows]))
+        share = (time.perf_counter() - started) / len(windows)
+        for w in windows:
+            w.job.encoder_seconds += share
+        results: list[Optional[WindowResult]] = [None] * len(windows)
+        candidates: list[list[WindowResult]] = [[] for _ in windows]
+        pending = list(range(len(windows)))
+        for temperature in options.temperatures:
+            rows = features[pending] if len(pending) < len(windows) else features
+            decoded = asr.decode_windows(rows, self.prompt, options, temperature=temperature, stats=self.stats)
+            retry = []
+            for i, window in zip(pending, decoded):
+                candidates[i].append(window)
+                if needs_fallback(window, options):
+                    retry.append(i)
+                else:
+                    results[i] = window
+            pending = retry
+            if not pending:
+                break
+        for i in pending:
+            results[i] = best_candidate(candidates[i], options)
+        for i, (window, result) in enumerate(zip(windows, results)):
+            assert result is not None
+            window.job.pieces[window.index] = self._pieces(window, result, features[i : i + 1])
+
+    def _pieces(self, window: _Window, result: WindowResult, features: torch.Tensor) -> list[dict]:
+        """The window's segments as dicts (start/end/tokens + window scores), times absolute."""
+        options, tokenizer = self.options, self.asr.tokenizer
+        if options.no_speech_threshold is not None and result.no_speech_prob > options.no_speech_threshold:
+            if options.log_prob_threshold is None or result.avg_logprob <= options.log_prob_threshold:
+                return []  # silence
+        chunk = window.chunk
+        frames = (chunk.end - chunk.start) // HOP_LENGTH
+        tokens = result.tokens
+        if options.without_timestamps:
+            pieces = [dict(start=chunk.offset, end=chunk.offset + chunk.duration, tokens=tokens)]
+        else:
+            pieces, _, single_ending = split_by_timestamps(
+                tokens, timestamp_begin=tokenizer.timestamp_begin, time_offset=chunk.offset,
+                seek=chunk.start // HOP_LENGTH, segment_size=frames,
+            )
+            covered = sum(len(p["tokens"]) for p in pieces)
+            rest = tokens[covered:]
+            if any(t < tokenizer.eot for t in rest):
+                # Text after the last closed pair: long-form would decode it again from there;
+                # an independent window keeps it as a last segment up to the chunk's end.
+                start = pieces[-1]["end"] if pieces else chunk.offset
+                pieces.append(dict(start=start, end=chunk.offset + chunk.duration, tokens=rest))
+        if options.word_timestamps:
+            from burble.asr.whisper.timing import add_word_timestamps
+
+            add_word_timestamps(
+                self.asr, pieces, features, num_frames=frames, time_offset=chunk.offset, options=options,
+                last_speech_timestamp=chunk.offset,
+            )
+        for piece in pieces:
+            piece.update(
+                seek=chunk.start // HOP_LENGTH, temperature=result.temperature, avg_logprob=result.avg_logprob,
+                compression_ratio=result.compression_ratio, no_speech_prob=result.no_speech_prob,
+            )
+        return pieces
+
+    def _result(self, job: _Job) -> TranscriptionResult:
+        eot = self.asr.tokenizer.eot
+        segments: list[Segment] = []
+        for index in range(len(job.chunks)):
+            for piece in job.pieces[index]:
+                text = self.asr.tokenizer.decode([t for t in piece["tokens"] if t < eot])
+                if piece["start"] == piece["end"] or not text.strip():
+                    continue
+                segments.append(
+                    Segment(
+                        id=len(segments), seek=piece["seek"], start=round(piece["start"], 3), end=round(piece["end"], 3),
+                        text=text, tokens=list(piece["tokens"]), temperature=piece["temperature"],
+                        avg_logprob=piece["avg_logprob"], compression_ratio=piece["compression_ratio"],
+                        no_speech_prob=piece["no_speech_prob"], words=piece.get("words"),
+                    )
+                )
+        return TranscriptionResult(
+            segments=segments, duration=job.duration, language=self.asr.tokenizer.language,
+            encoder_seconds=job.encoder_seconds,
+        )
+

@@ -1,0 +1,163 @@
+"""Run a transcription job end to end: plan, progress, engine, error log, summary.
+
+:func:`run_job` is what ``burble transcribe`` calls and what Python users call directly::
+
+    from burble.batch import JobConfig, collect_inputs, run_job
+    items = collect_inputs(["data/manifest.jsonl"])
+    summary = run_job(items, JobConfig(output_dir="out", formats=("json",)), resume=True)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+from burble.batch.inputs import AudioItem
+from burble.batch.job import ERROR_FIELDS, ItemRecord, JobConfig, JobSummary, RecordLog, audio_duration, plan, worker_threads
+from burble.batch.outputs import remove_stale_temporaries
+
+ENGINES = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a job runs (not what it computes: that is :class:`JobConfig`).
+
+    Attributes:
+      engine: ``local`` (this process or worker processes) or ``ray``.
+      workers: model copies working in parallel (processes or Ray actors).
+      resume: skip items whose outputs are complete.
+      progress: draw a progress bar on stderr.
+      errors_file: JSONL of failed items (written as they fail).
+      records_file: JSONL of every item's record (status, audio seconds, latency, text).
+      summary_file: JSON summary at the end.
+      ray_address: a Ray cluster to connect to.
+    """
+
+    engine: str = "local"
+    workers: int = 1
+    resume: bool = False
+    progress: bool = True
+    errors_file: Optional[str] = None
+    records_file: Optional[str] = None
+    summary_file: Optional[str] = None
+    ray_address: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, not {self.engine!r}")
+        if self.workers < 1:
+            raise ValueError("workers must be >= 1")
+
+
+class JobProgress:
+    """A tqdm bar over audio seconds with files done/failed, ETA and audio hours per hour."""
+
+    def __init__(self, items: Sequence[AudioItem], enabled: bool) -> None:
+        from tqdm import tqdm
+
+        self.durations = {item.id: audio_duration(item) for item in items} if enabled else {}
+        self.ticked: dict[str, float] = {}
+        self.done = self.failed = 0
+        self.total_files = len(items)
+        self.started = time.perf_counter()
+        self.audio_done = 0.0
+        interactive = enabled and sys.stderr.isatty()
+        self.bar = tqdm(
+            total=round(sum(self.durations.values()), 1), unit="s", disable=not enabled, file=sys.stderr,
+            dynamic_ncols=True, smoothing=0.1, mininterval=0.5 if interactive else 15.0,
+            bar_format="{percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s audio [{elapsed}<{remaining}]{postfix}",
+        )
+        self._postfix()
+
+    def _advance(self, seconds: float) -> None:
+        room = self.bar.total - self.bar.n
+        if room > 0 and seconds > 0:
+            self.bar.update(min(seconds, room))
+
+    def tick(self, item_id: str, seconds: float) -> None:
+        self.ticked[item_id] = self.ticked.get(item_id, 0.0) + seconds
+        self._advance(seconds)
+
+    def record(self, record: ItemRecord) -> None:
+        self._advance(self.durations.get(record.id, 0.0) - self.ticked.pop(record.id, 0.0))
+        self.done += 1
+        self.failed += record.status == "failed"
+        if record.status == "ok":
+            self.audio_done += record.duration
+        self._postfix()
+
+    def _postfix(self) -> None:
+        wall = time.perf_counter() - self.started
+        speed = self.audio_done / wall if wall > 0 else 0.0
+        self.bar.set_postfix_str(f"files {self.done}/{self.total_files} ({self.failed} failed), {speed:.2f} audio h/h", refresh=False)
+
+    def write(self, line: str) -> None:
+        self.bar.write(line, file=sys.stderr)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def run_job(
+    items: Sequence[AudioItem],
+    config: JobConfig,
+    run: RunOptions = RunOptions(),
+    *,
+    on_record: Optional[Callable[[ItemRecord], None]] = None,
+) -> JobSummary:
+    """Transcribe ``items`` into ``config.output_dir`` and return the summary.
+
+    Args:
+      items: what to transcribe (see :func:`burble.batch.inputs.collect_inputs`).
+      config: what to compute and write.
+      run: engine, workers, resume, progress, error/summary files.
+      on_record: called with every record (skipped ones included), e.g. to print transcripts.
+    """
+    started = time.perf_counter()
+    batch_size = config.batch.batch_size if config.batch is not None else None
+    summary = JobSummary(engine=run.engine, workers=run.workers, batch_size=batch_size)
+    remove_stale_temporaries(config.output_dir)
+    todo, skipped = plan(items, config, resume=run.resume)
+    errors = RecordLog(run.errors_file, ("failed",), ERROR_FIELDS)
+    records = RecordLog(run.records_file)
+    progress = JobProgress(todo, run.progress)
+
+    def handle(record: ItemRecord) -> None:
+        summary.add(record)
+        errors.add(record)
+        records.add(record)
+        progress.record(record)
+        if on_record is not None:
+            on_record(record)
+
+    try:
+        for record in skipped:
+            summary.add(record)
+            records.add(record)
+            if on_record is not None:
+                on_record(record)
+        threads = worker_threads(run.workers, config.threads)
+        if run.engine == "ray":
+            from burble.batch.ray_engine import run_ray
+
+            run_ray(todo, config, handle, workers=run.workers, threads=threads,
+                    items_per_call=batch_size or 1, address=run.ray_address)
+        elif run.workers > 1 and len(todo) > 1:
+            from burble.batch.local import run_workers
+
+            run_workers(todo, config, handle, progress.tick, workers=run.workers, threads=threads)
+        elif todo:
+            from burble.batch.local import run_in_process
+
+            run_in_process(todo, config, handle, progress.tick, threads=threads)
+    finally:
+        progress.close()
+        errors.close()
+        records.close()
+        summary.wall_seconds = time.perf_counter() - started
+        if run.summary_file:
+            summary.write(run.summary_file)
+    return summary
