@@ -59,6 +59,8 @@ def unsupported_reason(
         return f"tensors on {q.device} (the kernels need CUDA, or the Triton interpreter for CPU)"
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         return "q, k and v must be 4-D (B, H, T, D)"
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, mask)):
+        return "the kernels have no backward pass (inputs require grad)"
     if not (q.device == k.device == v.device):
         return "q, k and v are on different devices"
     if q.dtype not in _DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:

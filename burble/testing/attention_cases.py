@@ -43,6 +43,8 @@ class AttentionCase:
       kv_lengths: valid keys per batch row, or ``None`` for all ``k_len``.
       shared_kv: ``k``/``v`` have batch 1 (cross-attention keys shared by every hypothesis).
       cache_capacity: if set, ``k``/``v`` are ``[:, :, :k_len]`` views of a cache this long.
+      q_from_projection: ``q`` is a ``(B, T, H, D)`` tensor transposed to ``(B, H, T, D)``, the
+        non-contiguous layout a model's head split produces.
       kernel: ``"dispatch"`` (``burble.kernels.attention(..., backend="triton")``), ``"decode"`` or
         ``"prefill"`` (the kernel entry points, with the block overrides below).
       num_splits, block_m, block_n: kernel overrides (small blocks cross block edges on tiny shapes).
@@ -63,6 +65,7 @@ class AttentionCase:
     kv_lengths: Optional[tuple[int, ...]] = None
     shared_kv: bool = False
     cache_capacity: Optional[int] = None
+    q_from_projection: bool = False
     kernel: str = "dispatch"
     num_splits: Optional[int] = None
     block_m: Optional[int] = None
@@ -91,7 +94,9 @@ CASES: dict[str, AttentionCase] = {
             kernel="decode", num_splits=3, block_n=16, head_dim=40,
         ),
         # Speculative verification: k + 1 = 5 new tokens against a cache of 24, causal or tree mask.
-        AttentionCase("verify_causal_k_plus_1", q_len=5, k_len=29, causal=True, kv_lengths=(29, 29)),
+        AttentionCase(
+            "verify_causal_k_plus_1", q_len=5, k_len=29, causal=True, kv_lengths=(29, 29), q_from_projection=True,
+        ),
         AttentionCase(
             "verify_tree_mask_fp32", q_len=5, k_len=29, mask="tree", kernel="decode", num_splits=3, block_n=16,
         ),
@@ -108,7 +113,10 @@ CASES: dict[str, AttentionCase] = {
             kernel="prefill", block_m=16, block_n=16,
         ),
         # Cross-attention: no mask, keys of one audio shared by both rows, via the dispatch.
-        AttentionCase("prefill_cross_attention_fp16", q_len=19, k_len=33, shared_kv=True, dtype="float16"),
+        AttentionCase(
+            "prefill_cross_attention_fp16", q_len=19, k_len=33, shared_kv=True, dtype="float16",
+            q_from_projection=True,
+        ),
         # Arbitrary finite additive biases per (batch, head), plus causal.
         AttentionCase(
             "prefill_additive_mask_causal", q_len=30, k_len=30, mask="additive", causal=True, head_dim=32,
@@ -142,7 +150,10 @@ def make_inputs(case: AttentionCase, device: str = "cpu") -> dict[str, Optional[
     kv_batch = 1 if case.shared_kv else case.batch
     capacity = case.cache_capacity or case.k_len
 
-    q = torch.randn(case.batch, case.heads, case.q_len, case.head_dim, generator=gen)
+    if case.q_from_projection:
+        q = torch.randn(case.batch, case.q_len, case.heads, case.head_dim, generator=gen).transpose(1, 2)
+    else:
+        q = torch.randn(case.batch, case.heads, case.q_len, case.head_dim, generator=gen)
     cache_k = torch.randn(kv_batch, case.heads, capacity, case.head_dim, generator=gen)
     cache_v = torch.randn(kv_batch, case.heads, capacity, case.head_dim, generator=gen)
     q, cache_k, cache_v = (t.to(device=device, dtype=dtype) for t in (q, cache_k, cache_v))

@@ -116,6 +116,7 @@ def test_kernels_refuse_cpu_tensors_outside_the_interpreter():
         (lambda q, k, v, m: (q, k, v, torch.zeros(5, 9)), "does not broadcast"),
         (lambda q, k, v, m: (q, k, v, torch.zeros(4, 9, dtype=torch.int32)), "mask dtype"),
         (lambda q, k, v, m: (q.bfloat16(), k.bfloat16(), v.bfloat16(), m), "bfloat16"),
+        (lambda q, k, v, m: (q.requires_grad_(), k, v, m), "no backward"),
     ],
 )
 def test_unsupported_calls_fall_back_with_a_reason(monkeypatch, change, reason):
