@@ -8,7 +8,11 @@ the LM never saw the exact text it is asked to help recognise.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -72,3 +76,101 @@ def ljspeech_lm(
         build_lm(texts, partial, order, backend=backend)
         partial.replace(path)
     return path
+
+
+# -- the biasing evaluation set ------------------------------------------------------------------
+
+BIASING_SET_PATH = Path(__file__).with_name("data") / "biasing_set.json"
+
+
+@dataclass(frozen=True)
+class BiasingItem:
+    """One evaluation sentence.
+
+    Attributes:
+      id: LJ Speech line id (all are held-out lines: the LM never saw them).
+      text: the sentence (synthesized with Piper for the benchmark).
+      keywords: rare names/terms in it (empty for keyword-free control sentences).
+    """
+
+    id: str
+    text: str
+    keywords: tuple[str, ...] = ()
+
+
+def word_statistics(lines: list[tuple[str, str]]) -> tuple[Counter, Counter]:
+    """``(frequency, capitalised_mid_sentence)`` per lower-cased word over ``lines``."""
+    frequency: Counter = Counter()
+    capitalised: Counter = Counter()
+    for _, text in lines:
+        words = text.split()
+        for i, raw in enumerate(words):
+            word = re.sub(r"[^A-Za-z']", "", raw).strip("'")
+            if not word:
+                continue
+            frequency[word.lower()] += 1
+            previous = words[i - 1] if i else ""
+            if i and word[0].isupper() and not previous.endswith((".", "?", "!", '"', ":")):
+                capitalised[word.lower()] += 1
+    return frequency, capitalised
+
+
+def candidate_items(
+    *, max_frequency: int = 40, min_words: int = 6, max_words: int = 22, name_share: float = 0.9
+) -> tuple[list[BiasingItem], list[BiasingItem]]:
+    """Held-out sentences with rare proper names, and keyword-free control sentences.
+
+    A keyword is a capitalised word of at least 4 letters (not sentence-initial) that the training
+    part of LJ Speech either never contains (a name the LM cannot know: only boosting can help) or
+    contains 1..``max_frequency`` times, capitalised mid-sentence at least ``name_share`` of the
+    time (a name, not a common word). Control sentences have no capitalised word after the first
+    and only words seen at least 3 times.
+    """
+    train, held = split_holdout(ljspeech_lines())
+    frequency, capitalised = word_statistics(train)
+    names, controls = [], []
+    for key, text in held:
+        words = text.split()
+        if not min_words <= len(words) <= max_words or any(c.isdigit() for c in text):
+            continue
+        cores = [re.sub(r"[^A-Za-z']", "", w).strip("'") for w in words]
+        keywords = []
+        for i, core in enumerate(cores):
+            lower = core.lower()
+            previous = words[i - 1] if i else "."
+            if not (i and len(core) >= 4 and core.isalpha() and core[0].isupper() and core[1:].islower()):
+                continue
+            if previous.endswith((".", "?", "!", ":", '"')) or core in keywords:
+                continue
+            if frequency[lower] == 0 or (
+                frequency[lower] <= max_frequency and capitalised[lower] >= name_share * frequency[lower]
+            ):
+                keywords.append(core)
+        if keywords:
+            names.append(BiasingItem(key, text, tuple(keywords)))
+        elif frequency[cores[0].lower()] >= 20 and all(c.islower() or i == 0 for i, c in enumerate(cores) if c) and all(
+            frequency[c.lower()] >= 3 for c in cores if c
+        ):
+            controls.append(BiasingItem(key, text))
+    return names, controls
+
+
+def save_biasing_set(items: list[BiasingItem], path: Path = BIASING_SET_PATH, **meta) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"meta": meta, "items": [{"id": i.id, "text": i.text, "keywords": list(i.keywords)} for i in items]}
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def load_biasing_set(path: Path = BIASING_SET_PATH) -> list[BiasingItem]:
+    """The fixed biasing evaluation set (built by ``benchmarks/build_biasing_set.py``)."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    return [BiasingItem(d["id"], d["text"], tuple(d["keywords"])) for d in data["items"]]
+
+
+def biasing_phrases(items: list[BiasingItem]) -> list[str]:
+    """Every keyword of the set, once, in order: the boosting list of the benchmark."""
+    seen: dict[str, None] = {}
+    for item in items:
+        for keyword in item.keywords:
+            seen.setdefault(keyword, None)
+    return list(seen)

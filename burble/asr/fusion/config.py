@@ -89,12 +89,12 @@ def processor_factory(
     Args:
       config: what to apply.
       tokenizer: the recogniser's tokenizer.
-      lm: an already loaded ``kenlm.Model`` (default: load ``config.lm``, cached per path).
+      lm: an already loaded ``kenlm.Model`` to fuse (default: load ``config.lm``, cached per path).
 
     Returns:
       ``None`` when the config enables nothing.
     """
-    if not config.enabled:
+    if not config.enabled and lm is None:
         return None
     model = lm if lm is not None else (_cached_lm(str(config.lm)) if config.lm is not None else None)
     booster = PhraseBooster(config.phrases, tokenizer, case_variants=config.case_variants) if config.phrases else None

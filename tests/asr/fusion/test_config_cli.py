@@ -1,0 +1,61 @@
+import argparse
+
+import pytest
+
+from burble.asr.fusion import cli
+from burble.asr.fusion.boosting import Phrase, PhraseBooster
+from burble.asr.fusion.config import BiasingConfig, processor_factory
+from burble.asr.fusion.shallow_fusion import ShallowFusion
+
+
+def test_config_from_websocket_style_dict():
+    config = BiasingConfig.from_dict(
+        {"lm": "lm.bin", "lm_alpha": 0.3, "lm_beta": 2.0, "hotwords": ["Akerman", "Newgate\t4"], "hotword_weight": 1.5}
+    )
+    assert config.lm == "lm.bin" and config.fusion.alpha == 0.3 and config.fusion.beta == 2.0
+    assert config.phrases == (Phrase("Akerman", 1.5), Phrase("Newgate", 4.0))
+    assert config.enabled and not BiasingConfig().enabled
+    with pytest.raises(ValueError, match="unknown biasing options"):
+        BiasingConfig.from_dict({"hotwrods": ["x"]})
+    with pytest.raises(ValueError, match="list"):
+        BiasingConfig.from_dict({"hotwords": "Akerman"})
+
+
+def test_factory_builds_fresh_processors_per_window(tokenizer, lm):
+    assert processor_factory(BiasingConfig(), tokenizer) is None
+    factory = processor_factory(BiasingConfig(phrases=(Phrase("Akerman"),)), tokenizer)
+    (booster,) = factory(3)
+    assert isinstance(booster, PhraseBooster) and booster.sample_begin == 3
+    factory = processor_factory(BiasingConfig(lm="unused-when-lm-given", phrases=(Phrase("Akerman"),)), tokenizer, lm=lm)
+    first, second = factory(3), factory(7)
+    assert isinstance(first[0], ShallowFusion) and first[0].sample_begin == 3 and second[0].sample_begin == 7
+    assert first[1].automaton is second[1].automaton and first[1]._cache is not second[1]._cache
+
+
+def test_biasing_flags(tmp_path):
+    parser = argparse.ArgumentParser()
+    cli.add_biasing_arguments(parser)
+    hotwords = tmp_path / "hw.txt"
+    hotwords.write_text("Neild\t5\n")
+    args = parser.parse_args(
+        ["--lm", "x.bin", "--lm-alpha", "0.2", "--hotwords", "Akerman", "--hotword-weight", "3", "--hotwords-file", str(hotwords)]
+    )
+    config = cli.biasing_from_args(args)
+    assert config.lm == "x.bin" and config.fusion.alpha == 0.2 and config.fusion.beta == 1.0
+    assert config.phrases == (Phrase("Akerman", 3.0), Phrase("Neild", 5.0))
+
+
+def test_lm_command_builds_and_scores(tmp_path, capsys):
+    pytest.importorskip("kenlm")
+    parser = argparse.ArgumentParser()
+    cli.add_lm_subparser(parser.add_subparsers(dest="command"))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("The prison was full.\nThe prison was empty.\nNewgate was a prison.\n" * 3)
+    out = tmp_path / "lm.arpa"
+    assert cli.run(parser.parse_args(["lm", "build", str(corpus), "-o", str(out), "--order", "2", "--backend", "kaldingram"])) == 0
+    assert out.is_file()
+    assert cli.run(parser.parse_args(["lm", "score", str(out), "The prison, Zzyzx!"])) == 0
+    printed = capsys.readouterr().out
+    assert "prison\t" in printed and "zzyzx\t" in printed and "(OOV)" in printed and "total\t" in printed
+    assert cli.run(parser.parse_args(["lm", "build", str(tmp_path / "missing.txt"), "-o", str(out)])) == 1
+    assert cli.run(parser.parse_args(["lm"])) == 2
