@@ -71,7 +71,7 @@ class DevToolsPage:
     """
 
     def __init__(self, ws_url: str) -> None:
-        self._ws: ClientConnection = connect(ws_url, max_size=None, compression=None, open_timeout=20)
+        self._ws: ClientConnection = connect(ws_url, max_size=None, compression=None, open_timeout=20, legacy=True)
         self._ids = itertools.count(1)
         self.console: list[str] = []
 

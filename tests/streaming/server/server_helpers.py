@@ -23,13 +23,14 @@ class FakeFactory:
     supported: frozenset[str] = frozenset()
     fixed_language: Optional[str] = "en"
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0, keep_audio: bool = False) -> None:
         self.delay = delay
+        self.keep_audio = keep_audio
         self.created: list[FakeRecognizer] = []
         self.configs: list[SessionConfig] = []
 
     def create(self, config: SessionConfig) -> FakeRecognizer:
-        recognizer = FakeRecognizer(delay=self.delay, keep_audio=False)
+        recognizer = FakeRecognizer(delay=self.delay, keep_audio=self.keep_audio)
         self.created.append(recognizer)
         self.configs.append(config)
         return recognizer

@@ -89,12 +89,11 @@ async function start() {
   showError('');
   ui.start.disabled = true;
   setStatus('opening the microphone…');
-  const s = { segments: new Map(), pending: [], stopping: false };
+  const s = { segments: new Map(), pending: [], started: false, stopping: false };
   session = s;
   try {
-    s.stream = await navigator.mediaDevices.getUserMedia({
-      audio: { channelCount: 1, echoCancellation: false, noiseSuppression: false, autoGainControl: false },
-    });
+    // The audio graph first, the microphone last: capture starts when getUserMedia resolves,
+    // and everything it delivers before the graph is connected would be lost.
     s.ctx = new AudioContext();  // the device's rate; the worklet resamples to 16 kHz
     await s.ctx.audioWorklet.addModule('capture-worklet.js');
     s.node = new AudioWorkletNode(s.ctx, 'burble-capture', {
@@ -102,11 +101,15 @@ async function start() {
     });
     s.node.port.onmessage = (e) => {
       ui.level.value = e.data.peak;
-      if (s.ws && s.ws.readyState === WebSocket.OPEN) s.ws.send(e.data.pcm);
+      if (s.started && s.ws.readyState === WebSocket.OPEN) s.ws.send(e.data.pcm);
+      else if (!s.started && s.pending.length < 100) s.pending.push(e.data.pcm);  // until the socket opens
     };
-    s.ctx.createMediaStreamSource(s.stream).connect(s.node);
     s.node.connect(s.ctx.destination);  // outputs silence; keeps the node pulled by the graph
     await s.ctx.resume();
+    s.stream = await navigator.mediaDevices.getUserMedia({
+      audio: { channelCount: 1, echoCancellation: false, noiseSuppression: false, autoGainControl: false },
+    });
+    s.ctx.createMediaStreamSource(s.stream).connect(s.node);
   } catch (e) {
     showError(`microphone unavailable: ${e.message || e}`);
     cleanupAudio(s);
@@ -121,8 +124,13 @@ async function start() {
   s.ws.onopen = () => {
     s.ws.send(JSON.stringify({
       type: 'start', version: PROTOCOL_VERSION, sample_rate: TARGET_RATE, encoding: 'pcm_s16le',
-      channels: 1, partials: true, realtime: true,
+      channels: 1, partials: true,
+      // ?realtime=0: never drop audio when the server falls behind (captions lag instead).
+      realtime: new URLSearchParams(location.search).get('realtime') !== '0',
     }));
+    s.started = true;
+    for (const pcm of s.pending) s.ws.send(pcm);  // audio captured while connecting
+    s.pending = [];
     ui.stop.disabled = false;
   };
   s.ws.onmessage = onMessage;
@@ -166,3 +174,4 @@ if (!window.AudioWorkletNode || !navigator.mediaDevices) {
   showError('this browser cannot capture audio here (needs AudioWorklet and a secure context: https or localhost)');
   ui.start.disabled = true;
 }
+document.body.dataset.ready = '1';  // the page is wired up (tests wait for this)
