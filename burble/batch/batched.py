@@ -253,6 +253,11 @@ class BatchedTranscriber:
                 # an independent window keeps it as a last segment up to the chunk's end.
                 start = pieces[-1]["end"] if pieces else chunk.offset
                 pieces.append(dict(start=start, end=chunk.offset + chunk.duration, tokens=rest))
+        # The model may place a timestamp in the zero padding after a short chunk: clamp to the audio.
+        chunk_end = chunk.offset + chunk.duration
+        for piece in pieces:
+            piece["start"] = min(max(piece["start"], chunk.offset), chunk_end)
+            piece["end"] = min(max(piece["end"], piece["start"]), chunk_end)
         if options.word_timestamps:
             from burble.asr.whisper.timing import add_word_timestamps
 

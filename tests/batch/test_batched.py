@@ -1,0 +1,112 @@
+"""Batched windows give the tokens of unbatched decoding (the acceptance rule of batching)."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from burble.asr.options import TranscribeOptions
+from burble.asr.transcribe import WindowResult
+from burble.batch.batched import BatchedTranscriber, BatchOptions, window_features
+from burble.batch.segment import Chunk
+from burble.decoding.speculative import SpeculativeStats
+from burble.metrics.wer import wer
+from burble.testing import dev_audio_items, require_shared
+
+GREEDY = TranscribeOptions(beam_size=1, temperatures=(0.0,), condition_on_previous_text=False)
+
+
+@pytest.fixture(scope="module")
+def clips():
+    require_shared()
+    items = [it for it in dev_audio_items() if it.duration_s <= 12]
+    # Different lengths, so batch rows finish at different steps.
+    chosen = sorted(items, key=lambda it: it.duration_s)[:: max(1, len(items) // 6)][:6]
+    return [(it.id, it.load()) for it in chosen]
+
+
+def _features(asr, clips):
+    mels = [window_features(audio, Chunk(0, len(audio))) for _, audio in clips]
+    return asr.encode(torch.stack(mels))
+
+
+@pytest.mark.parametrize("without_timestamps", [False, True])
+def test_decode_windows_gives_the_tokens_of_decode_window(asr, clips, without_timestamps):
+    options = replace(GREEDY, without_timestamps=without_timestamps)
+    features = _features(asr, clips)
+    prompt = asr.build_prompt([], options)
+    single_stats, batch_stats = SpeculativeStats(), SpeculativeStats()
+    single = [asr.decode_window(features[i : i + 1], prompt, options, stats=single_stats) for i in range(len(clips))]
+    batched = asr.decode_windows(features, prompt, options, stats=batch_stats)
+    assert [w.tokens for w in batched] == [w.tokens for w in single]
+    assert len({len(w.tokens) for w in single}) > 2  # rows of different lengths
+    for a, b in zip(single, batched):
+        assert a.avg_logprob == pytest.approx(b.avg_logprob, abs=1e-4)
+        assert a.no_speech_prob == pytest.approx(b.no_speech_prob, abs=1e-4)
+    # Really batched: one decoder pass per step for all rows, not one per row.
+    assert batch_stats.target_passes < single_stats.target_passes / 2
+
+
+def test_batched_transcriber_matches_long_form_and_any_batch_size(asr, clips):
+    some = clips[:4]
+    long_form = [[s.tokens for s in asr.transcribe(audio, GREEDY).segments] for _, audio in some]
+    results = {}
+    for batch_size in (1, 3):
+        transcriber = BatchedTranscriber(asr, GREEDY, BatchOptions(batch_size=batch_size))
+        out = list(transcriber.transcribe_many(some))
+        assert [key for key, _ in out] == [key for key, _ in some]  # input order
+        results[batch_size] = [[s.tokens for s in r.segments] for _, r in out]
+    assert results[1] == results[3] == long_form
+    assert all(tokens for tokens in long_form)
+
+
+def test_fallback_redecodes_only_failing_windows(asr, clips, monkeypatch):
+    options = replace(GREEDY, temperatures=(0.0, 0.2, 0.4), compression_ratio_threshold=2.4, log_prob_threshold=-1.0, no_speech_threshold=None)
+    calls = []
+    # Row 0 passes at once; row 1 passes at 0.2; row 2 always fails (best is the least repetitive candidate).
+    plan = {
+        0.0: [(-0.1, 1.0), (-2.0, 1.0), (-0.5, 3.0)],
+        0.2: [(-0.3, 1.0), (-0.2, 2.9)],
+        0.4: [(-1.5, 1.2)],
+    }
+
+    def fake(features, prompt, opts, *, temperature=0.0, stats=None):
+        calls.append((temperature, features.shape[0]))
+        return [WindowResult(tokens=[asr.tokenizer.encode(" ok")[0]], avg_logprob=lp, no_speech_prob=0.0, temperature=temperature,
+                             compression_ratio=ratio) for lp, ratio in plan[temperature]]
+
+    monkeypatch.setattr(asr, "decode_windows", fake)
+    out = list(BatchedTranscriber(asr, options, BatchOptions(batch_size=3)).transcribe_many(clips[:3]))
+    assert calls == [(0.0, 3), (0.2, 2), (0.4, 1)]
+    temperatures = [r.segments[0].temperature for _, r in out]
+    assert temperatures == [0.0, 0.2, 0.4]  # row 2: 0.4 is the only candidate under the ratio threshold
+    assert out[2][1].segments[0].avg_logprob == -1.5
+
+
+def test_sampling_best_of_batches_samples_per_window(asr, clips):
+    options = replace(GREEDY, best_of=3, max_new_tokens=8, without_timestamps=True)
+    features = _features(asr, clips[:2])
+    prompt = asr.build_prompt([], options)
+    stats = SpeculativeStats()
+    torch.manual_seed(0)
+    windows = asr.decode_windows(features, prompt, options, temperature=0.7, stats=stats)
+    assert len(windows) == 2 and all(w.temperature == 0.7 and 0 < len(w.tokens) <= 8 for w in windows)
+    assert stats.target_passes <= 8 + 2  # 6 rows decoded together
+
+
+def test_a_bad_input_fails_alone(asr, clips):
+    inputs = [clips[0], ("bad", np.zeros((2, 16000), np.float32)), clips[1]]
+    out = dict(BatchedTranscriber(asr, GREEDY, BatchOptions(batch_size=4)).transcribe_many(inputs))
+    assert isinstance(out["bad"], ValueError) and "mono" in str(out["bad"])
+    assert out[clips[0][0]].text and out[clips[1][0]].text
+
+
+@pytest.mark.slow
+def test_long_recording_with_vad_windows(asr):
+    require_shared()
+    item = next(it for it in dev_audio_items() if it.duration_s > 60)
+    result = BatchedTranscriber(asr, GREEDY, BatchOptions(batch_size=4)).transcribe(item.load())
+    assert wer(item.text, result.text) < 0.15
+    starts = [s.start for s in result.segments]
+    assert starts == sorted(starts) and result.segments[-1].end <= item.duration_s + 0.1
