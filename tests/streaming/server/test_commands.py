@@ -1,0 +1,99 @@
+"""``burble client`` and ``burble serve`` as processes (the CLI users run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from burble.streaming.events import StreamEvent
+from burble.testing.dev_audio import dev_item, require_shared
+from burble.testing.server import ServerThread, options_for_tests
+from server_helpers import FakeFactory, open_session, pcm16, read_until_closed
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def burble(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "burble", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def test_client_prints_stream_json_lines(tmp_path):
+    require_shared("dev-audio")
+    wav = dev_item("ls_1089-134686-0001").audio_path
+    with ServerThread(FakeFactory(), options_for_tests()) as server:
+        result = burble("client", str(wav), "--url", server.url, "--json", "--fast")
+        assert server.wait_idle()
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    events = [StreamEvent.from_json(line) for line in lines]
+    # Exactly the JSON lines `burble stream --json` writes (JsonLinesSink: to_json per event).
+    assert [e.to_json() for e in events] == lines
+    assert {e.type for e in events} == {"partial", "final", "endpoint"} and events[-1].type == "endpoint"
+
+
+@pytest.mark.slow  # five process starts (each imports torch through the burble package)
+def test_client_captions_and_errors(tmp_path):
+    require_shared("dev-audio")
+    wav = dev_item("ls_1089-134686-0001").audio_path
+    token = tmp_path / "token"
+    token.write_text("right-token\n")
+    with ServerThread(FakeFactory(), options_for_tests(token="right-token")) as server:
+        result = burble("client", str(wav), "--url", server.url, "--fast")
+        assert result.returncode == 1 and "unauthorized" in result.stderr
+        # Without --json: captions (committed text only when stdout is not a terminal).
+        result = burble("client", str(wav), "--url", server.url, "--fast", "--token-file", str(token))
+        assert result.returncode == 0 and result.stdout.strip().startswith("w") and "{" not in result.stdout
+    result = burble("client", str(tmp_path / "missing.wav"), "--url", "ws://127.0.0.1:9/ws")
+    assert result.returncode == 2 and "missing.wav" in result.stderr
+    result = burble("client", str(wav), "--url", "ws://127.0.0.1:9/ws", "--fast")
+    assert result.returncode == 1 and "cannot reach" in result.stderr
+
+
+@pytest.mark.slow
+def test_serve_sigterm_flushes_finals_and_exits(tmp_path):
+    """`burble serve` with the real model: SIGTERM mid-stream -> finals, going-away, exit 0."""
+    require_shared("dev-audio")
+    audio = dev_item("ls_1089-134691-0001").load()
+    token = tmp_path / "token"
+    token.write_text("t0k3n")
+    os.chmod(token, 0o600)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "burble", "serve", "--port", "0", "--token-file", str(token), "--log-format", "json"],
+        stderr=subprocess.PIPE, text=True, cwd=REPO,
+    )  # fmt: skip
+    try:
+        url = None
+        logs = []
+        deadline = time.monotonic() + 180
+        while url is None and time.monotonic() < deadline:
+            line = process.stderr.readline()
+            logs.append(line)
+            match = re.search(r"at (ws://\S+/ws)", line)
+            url = match.group(1) if match else None
+        assert url, "".join(logs)
+        ws, ready = open_session(url, {"realtime": False}, additional_headers={"Authorization": "Bearer t0k3n"})
+        for i in range(0, int(3.0 * 16000), 1600):
+            ws.send(pcm16(audio[i : i + 1600]))
+        time.sleep(1.0)
+        process.send_signal(signal.SIGTERM)
+        messages, code = read_until_closed(ws, timeout=120)
+        ws.close()
+        assert process.wait(120) == 0
+        logs += process.stderr.readlines()
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert code == 1001
+    assert messages[-1]["code"] == "shutting_down"
+    finals = "".join(m["text"] for m in messages if m["type"] == "final").lower()
+    assert "full hour" in finals
+    records = [json.loads(line) for line in logs if line.startswith("{")]
+    assert {"signal", "session_start", "session_end", "stopped"} <= {r.get("event") for r in records}

@@ -1,0 +1,73 @@
+"""The server with the real recognizer (tiny.en): same text as offline, finals flushed on stop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from burble.metrics.wer import corpus_wer
+from burble.streaming.client import ClientOptions, final_text, stream_audio
+from burble.testing.dev_audio import dev_item, require_shared
+from burble.testing.server import ServerThread, options_for_tests
+from server_helpers import open_session, pcm16, read_until_closed
+
+pytestmark = pytest.mark.slow
+
+CLIPS = ("ls_1089-134691-0001", "ls_1089-134686-0001", "arctic_aew_a0002")
+
+
+@pytest.fixture(scope="module")
+def asr():
+    import burble
+
+    return burble.load_model("tiny.en")
+
+
+@pytest.fixture(scope="module")
+def server(asr):
+    from burble.streaming.server import WhisperRecognizerFactory
+
+    with ServerThread(WhisperRecognizerFactory(asr, model_name="tiny.en"), options_for_tests()) as running:
+        yield running
+        assert running.wait_idle()
+
+
+def test_concurrent_sessions_match_offline_wer(server, asr):
+    """Three clips streamed at once over one shared model: each gets its own text, and the
+    streamed WER stays within 1.1x of offline transcription of the same clips."""
+    require_shared("dev-audio")
+    items = [dev_item(i) for i in CLIPS]
+    audios = [item.load() for item in items]
+    options = ClientOptions(url=server.url, realtime=False)  # back-pressure: a loaded CI machine drops nothing
+
+    async def run_all():
+        return await asyncio.gather(*(stream_audio(a, 16000, options) for a in audios))
+
+    streamed = [final_text(events) for events in asyncio.run(run_all())]
+    offline = [asr.transcribe(a).text for a in audios]
+    references = [item.text for item in items]
+    stream_wer = corpus_wer(zip(references, streamed))
+    offline_wer = corpus_wer(zip(references, offline))
+    print(f"streamed WER {stream_wer:.3f} vs offline {offline_wer:.3f}: {streamed}")
+    assert stream_wer <= 1.1 * offline_wer + 0.01, (streamed, offline)
+    for events_text, item in zip(streamed, items):  # no cross-talk between sessions
+        assert corpus_wer([(item.text, events_text)]) < 0.5
+
+
+def test_stop_flushes_the_pending_words(server):
+    require_shared("dev-audio")
+    audio = dev_item(CLIPS[0]).load()
+    ws, ready = open_session(server.url, {"realtime": False})
+    assert ready["model"] == "tiny.en"
+    with ws:
+        cut = int(2.4 * 16000)  # "for a full hour he had paced" ... then stop mid-sentence
+        for i in range(0, cut, 1600):
+            ws.send(pcm16(audio[i : min(i + 1600, cut)]))
+        ws.send(json.dumps({"type": "stop"}))
+        messages, code = read_until_closed(ws, timeout=120)
+    assert code == 1000
+    finals = "".join(m["text"] for m in messages if m["type"] == "final").lower()
+    assert "full hour" in finals and "paced" in finals.replace("paste", "paced")
+    assert messages[-1]["type"] == "endpoint"
