@@ -59,8 +59,15 @@ def test_concurrent_sessions_match_offline_wer(server, asr):
 def test_stop_flushes_the_pending_words(server):
     require_shared("dev-audio")
     audio = dev_item(CLIPS[0]).load()
-    ws, ready = open_session(server.url, {"realtime": False})
+    ws, ready = open_session(server.url, {"realtime": False, "hotwords": ["Whitmore"], "language": "en"})
     assert ready["model"] == "tiny.en"
+    # Hotwords reach the recognizer when its options have them; otherwise they are reported.
+    from dataclasses import fields
+
+    from burble.streaming.recognizer import StreamingOptions
+
+    biasing = "hotwords" in {f.name for f in fields(StreamingOptions)}
+    assert ready["unsupported"] == ([] if biasing else ["hotwords"])  # "en" is tiny.en's language
     with ws:
         cut = int(2.4 * 16000)  # "for a full hour he had paced" ... then stop mid-sentence
         for i in range(0, cut, 1600):
