@@ -1,7 +1,7 @@
 """The Ray engine: the same job on Ray Data, so a user with a Ray cluster scales out unchanged.
 
 Items become a ``ray.data`` dataset (``from_items``); ``map_batches`` runs :class:`RayTranscriber`
-- a callable class, so Ray keeps a pool of ``workers`` actors, each holding one loaded model and
+- a callable class, so Ray keeps a pool of ``workers`` actors (``ActorPoolStrategy``), each holding one loaded model and
 reserving ``threads`` CPUs - over batches of items. Every actor runs the same
 :class:`~burble.batch.worker.ItemTranscriber` as the local engine and writes outputs itself, so the
 output folder must be reachable from every node (a shared filesystem on a cluster; any folder on
@@ -86,13 +86,18 @@ def run_ray(
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # burble draws its own
     dataset = ray.data.from_items([{"item": json.dumps(item.to_dict(), ensure_ascii=False)} for item in items])
+    actors = max(1, min(workers, len(items)))
+    try:  # Ray >= 2.51 sizes the actor pool with ``compute``; older versions with ``concurrency``
+        pool = {"compute": ray.data.ActorPoolStrategy(size=actors)}
+    except TypeError:  # pragma: no cover - older Ray
+        pool = {"concurrency": actors}
     dataset = dataset.map_batches(
         RayTranscriber,
         fn_constructor_kwargs={"config": config, "threads": threads},
         batch_size=max(1, items_per_call),
         batch_format="numpy",
-        concurrency=max(1, min(workers, len(items))),
         num_cpus=threads,
+        **pool,
     )
     for row in dataset.iter_rows():
         on_record(ItemRecord.from_dict(json.loads(row["record"])))
