@@ -170,8 +170,9 @@ class ModelDrafter:
       return_probs: with ``sample=True``, return ``q`` (``False`` drops it: the sampled tokens are
         then verified as one-hot drafts, which is also lossless).
       eos_token_id: stop drafting after this token (nothing can follow it).
-      max_length: capacity limit of the draft cache (e.g. the model's context size); ``None``
-        lets the cache grow as needed.
+      max_length: capacity limit of the draft cache; ``None`` lets it grow as needed (up to what
+        the model's ``new_cache`` grants: a model with a fixed context size caps it, and drafts
+        near the end of that context get shorter).
     """
 
     def __init__(
@@ -192,10 +193,11 @@ class ModelDrafter:
         self.max_length = max_length
         self.cache: Optional[KVCache] = None
         self._cached: list[int] = []  # tokens whose keys/values are in ``cache``
+        self._granted: float = float("inf")  # capacity limit the model imposed on ``new_cache``
         self.forward_passes = 0
 
     def _ensure_capacity(self, needed: int) -> None:
-        if self.cache is not None and needed <= self.cache.max_length:
+        if self.cache is not None and (needed <= self.cache.max_length or self.cache.max_length >= self._granted):
             return
         if self.max_length is not None and needed > self.max_length:
             raise ValueError(f"draft context of {needed} tokens exceeds max_length={self.max_length}")
@@ -205,6 +207,8 @@ class ModelDrafter:
         # A fresh cache (the model re-creates any cross-attention state); the context is re-fed.
         self.cache = self.model.new_cache(1, capacity)
         self._cached = []
+        # A model may grant less than asked (its context size): then never ask again.
+        self._granted = self.cache.max_length if self.cache.max_length < capacity else float("inf")
 
     def _feed(self, tokens: list[int]) -> torch.Tensor:
         assert self.cache is not None
@@ -214,9 +218,8 @@ class ModelDrafter:
         self._cached.extend(tokens)
         return logits[0, -1]
 
-    def _sync(self, tokens: list[int], k: int) -> torch.Tensor:
+    def _sync(self, tokens: list[int]) -> torch.Tensor:
         """Bring the cache to ``tokens`` and return the logits of the token after them."""
-        self._ensure_capacity(len(tokens) + k)
         assert self.cache is not None
         common = 0
         limit = min(len(self._cached), len(tokens) - 1)  # re-feed at least the last token for its logits
@@ -240,7 +243,13 @@ class ModelDrafter:
         tokens = [int(t) for t in tokens]
         if k <= 0 or not tokens:
             return Draft([])
-        logits = self._sync(tokens, k)
+        # Drafting k tokens feeds the context and the first k - 1 of them.
+        self._ensure_capacity(len(tokens) + k - 1)
+        assert self.cache is not None
+        k = min(k, self.cache.max_length - len(tokens) + 1)  # at the end of the model's context
+        if k <= 0:
+            return Draft([])
+        logits = self._sync(tokens)
         drafted: list[int] = []
         dists: list[torch.Tensor] = []
         for i in range(k):
@@ -258,6 +267,7 @@ class ModelDrafter:
         """Forget the cached context (e.g. after re-binding the model to new audio)."""
         self.cache = None
         self._cached = []
+        self._granted = float("inf")
 
 
 class FirstOfDrafter:

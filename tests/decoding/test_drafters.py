@@ -163,6 +163,25 @@ def test_model_drafter_grows_its_cache_and_honours_max_length():
         ModelDrafter(model, max_length=100).propose(long, 4, greedy_rule)
 
 
+def test_model_drafter_drafts_less_at_the_end_of_a_fixed_context():
+    """A model whose caches hold at most 20 positions (like Whisper's 448-token text context)."""
+
+    class Capped(CountingModel):
+        allocations = 0
+
+        def new_cache(self, batch_size: int, max_length: int):
+            Capped.allocations += 1
+            return super().new_cache(batch_size, min(max_length, 20))
+
+    model = Capped(TableModel(vocab_size=8, order=2, seed=1))
+    drafter = ModelDrafter(model)
+    assert len(drafter.propose([1] * 10, 4, greedy_rule).tokens) == 4
+    assert len(drafter.propose([1] * 18, 4, greedy_rule).tokens) == 3  # feeds 18 + 2 = 20 positions
+    assert drafter.propose([1] * 21, 4, greedy_rule).tokens == []
+    assert len(drafter.propose([1] * 12, 4, greedy_rule).tokens) == 4
+    assert Capped.allocations == 1
+
+
 def test_model_drafter_sampling_returns_q_and_stops_at_eos():
     model = TableModel(vocab_size=6, order=2, seed=3)
     drafter = ModelDrafter(model, sample=True, generator=torch.Generator().manual_seed(0), eos_token_id=0)
