@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 
 
@@ -30,7 +31,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-session-seconds", type=float, default=3600.0, help="longest session (wall time)")
     parser.add_argument("--idle-timeout", type=float, default=30.0, help="end sessions silent for this long (s)")
     parser.add_argument("--compute-slots", type=int, default=None, help="recognizer calls running at once (default: CPU cores)")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads per recognizer call (0: torch default)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: CPU cores / compute slots, so slots x threads = cores)")
     parser.add_argument("--chunk", type=float, default=1.0, help="default seconds of speech per recognizer step")
     parser.add_argument("--no-vad", action="store_true", help="send all audio to the recognizer (no endpoints)")
     parser.add_argument("--no-page", action="store_true", help="do not serve the browser page at /")
@@ -76,8 +77,12 @@ def run(args: argparse.Namespace) -> int:
     import burble
     from burble.streaming.server import AsrServer, WhisperRecognizerFactory
 
-    log.info("loading model %s", args.model, extra={"event": "loading_model", "model": args.model})
-    asr = burble.load_model(args.model, device=args.device, threads=args.threads or None)
+    # Each compute slot runs one decode; more torch threads than cores in total would make
+    # the slots fight over the cores (spinning OpenMP workers), so split the cores between them.
+    cores = os.cpu_count() or 1
+    threads = args.threads or max(1, cores // (options.compute_slots or cores))
+    log.info("loading model %s", args.model, extra={"event": "loading_model", "model": args.model, "threads": threads})
+    asr = burble.load_model(args.model, device=args.device, threads=threads)
     factory = WhisperRecognizerFactory(asr, model_name=args.model)
 
     async def main() -> None:
