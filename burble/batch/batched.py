@@ -10,7 +10,10 @@ are encoded together and decoded as the rows of one call to the shared decoding 
 gets the same tokens in a batch as alone.
 
 Temperature fallback is per window: the windows that fail the quality checks are decoded again,
-together, at the next temperature.
+together, at the next temperature. With timestamps, a window whose text stops before its chunk
+ends (Whisper leaves speech that runs into the window's end for "the next window") gets a
+continuation window from its last timestamp, queued into the next batch, as long-form decoding
+would seek there; without timestamps (faster-whisper's batched default) that text is lost.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ if TYPE_CHECKING:
     from burble.asr.pipeline import WhisperASR
 
 K = TypeVar("K")
+# A continuation window needs at least this much audio left in its chunk (shorter tails hold at
+# most a word that the model chose not to transcribe).
+MIN_CONTINUATION_SAMPLES = SAMPLE_RATE // 2
 
 
 @dataclass(frozen=True)
@@ -96,23 +102,25 @@ def best_candidate(candidates: list[WindowResult], options: TranscribeOptions) -
 @dataclass
 class _Window:
     job: "_Job"
-    index: int
     chunk: Chunk
     mel: torch.Tensor
 
 
 @dataclass
 class _Job(Generic[K]):
+    """One recording in flight: its audio (for continuation windows) and decoded pieces."""
+
     key: K
-    duration: float
-    chunks: list[Chunk]
-    pieces: dict[int, list[dict]] = field(default_factory=dict)
+    audio: Optional[np.ndarray] = None
+    duration: float = 0.0
+    outstanding: int = 0  # windows queued or being decoded
+    pieces: list[tuple[int, list[dict]]] = field(default_factory=list)  # (chunk start, segments)
     error: Optional[BaseException] = None
     encoder_seconds: float = 0.0
 
     @property
     def done(self) -> bool:
-        return self.error is not None or len(self.pieces) == len(self.chunks)
+        return self.error is not None or self.outstanding == 0
 
 
 class BatchedTranscriber:
@@ -153,53 +161,61 @@ class BatchedTranscriber:
         """
         queue: deque[_Window] = deque()
         jobs: deque[_Job] = deque()
-        n_mels = self.asr.model.dims.n_mels
+        size = self.batch.batch_size
         for key, audio in inputs:
-            job = _Job(key=key, duration=0.0, chunks=[])
+            job = _Job(key=key)
             jobs.append(job)
             try:
-                audio = np.asarray(audio, dtype=np.float32)
-                if audio.ndim != 1:
-                    raise ValueError(f"expected mono audio (1-D), got shape {audio.shape}")
-                job.duration = len(audio) / SAMPLE_RATE
-                job.chunks = self.segmenter(audio)
-                windows = [_Window(job, i, chunk, window_features(audio, chunk, n_mels)) for i, chunk in enumerate(job.chunks)]
+                job.audio = np.asarray(audio, dtype=np.float32)
+                if job.audio.ndim != 1:
+                    raise ValueError(f"expected mono audio (1-D), got shape {job.audio.shape}")
+                job.duration = len(job.audio) / SAMPLE_RATE
+                windows = [self._window(job, chunk) for chunk in self.segmenter(job.audio)]
             except Exception as error:  # this recording fails, the others go on
-                job.error = error
-                windows = []
-            for window in windows:
-                queue.append(window)
-                if len(queue) >= self.batch.batch_size:
-                    self._run_batch([queue.popleft() for _ in range(self.batch.batch_size)])
+                job.error, windows = error, []
+            queue.extend(windows)
+            while len(queue) >= size:
+                # Continuation windows go first, so recordings in flight finish soon.
+                queue.extendleft(reversed(self._run_batch([queue.popleft() for _ in range(size)])))
             yield from self._finished(jobs)
         while queue:
-            self._run_batch([queue.popleft() for _ in range(min(self.batch.batch_size, len(queue)))])
+            queue.extendleft(reversed(self._run_batch([queue.popleft() for _ in range(min(size, len(queue)))])))
+            yield from self._finished(jobs)
         yield from self._finished(jobs)
 
     # -- internals -------------------------------------------------------------------------------
 
+    def _window(self, job: _Job, chunk: Chunk) -> _Window:
+        assert job.audio is not None
+        job.outstanding += 1
+        return _Window(job, chunk, window_features(job.audio, chunk, self.asr.model.dims.n_mels))
+
     def _finished(self, jobs: "deque[_Job]") -> Iterator[tuple[K, Union[TranscriptionResult, BaseException]]]:
         while jobs and jobs[0].done:
             job = jobs.popleft()
+            job.audio = None
             yield job.key, (job.error if job.error is not None else self._result(job))
 
-    def _run_batch(self, windows: list[_Window]) -> None:
+    def _run_batch(self, windows: list[_Window]) -> list[_Window]:
+        """Decode ``windows`` together; return the continuation windows they ask for."""
         windows = [w for w in windows if w.job.error is None]
         if not windows:
-            return
+            return []
         try:
-            self._decode(windows)
+            return self._decode(windows)
         except Exception as error:
             if len(windows) == 1:
                 windows[0].job.error = error
-                return
-            # Find the culprit: decode one by one, failing only the recordings that fail alone.
-            for window in windows:
-                if window.job.error is None:
-                    try:
-                        self._decode([window])
-                    except Exception as error:  # reported per recording, never fatal to the batch
-                        window.job.error = error
+                return []
+        # Find the culprit: decode one by one, failing only the recordings that fail alone.
+        more: list[_Window] = []
+        for window in windows:
+            if window.job.error is None:
+                try:
+                    more += self._decode([window])
+                except Exception as error:  # reported per recording, never fatal to the batch
+                    window.job.error = error
+        return more
 
     def _decode(self, windows: list[_Window]) -> None:
         asr, options = self.asr, self.options
@@ -226,29 +242,45 @@ class BatchedTranscriber:
                 break
         for i in pending:
             results[i] = best_candidate(candidates[i], options)
+        more: list[_Window] = []
         for i, (window, result) in enumerate(zip(windows, results)):
             assert result is not None
-            window.job.pieces[window.index] = self._pieces(window, result, features[i : i + 1])
+            pieces, rest = self._pieces(window, result, features[i : i + 1])
+            window.job.pieces.append((window.chunk.start, pieces))
+            if rest is not None:
+                more.append(self._window(window.job, rest))
+            window.job.outstanding -= 1
+        return more
 
-    def _pieces(self, window: _Window, result: WindowResult, features: torch.Tensor) -> list[dict]:
-        """The window's segments as dicts (start/end/tokens + window scores), times absolute."""
+    def _pieces(self, window: _Window, result: WindowResult, features: torch.Tensor) -> tuple[list[dict], Optional[Chunk]]:
+        """The window's segments as dicts (start/end/tokens + window scores, times absolute), and
+        the rest of the chunk to decode in a continuation window, if any.
+
+        Like long-form decoding, a window whose last timestamp pair closes before the chunk ends
+        (the model stopped early, often when speech runs up to the window's end) continues from
+        that timestamp in a new window instead of losing the rest of the chunk.
+        """
         options, tokenizer = self.options, self.asr.tokenizer
         if options.no_speech_threshold is not None and result.no_speech_prob > options.no_speech_threshold:
             if options.log_prob_threshold is None or result.avg_logprob <= options.log_prob_threshold:
-                return []  # silence
+                return [], None  # silence
         chunk = window.chunk
+        rest_chunk: Optional[Chunk] = None
         frames = (chunk.end - chunk.start) // HOP_LENGTH
         tokens = result.tokens
         if options.without_timestamps:
             pieces = [dict(start=chunk.offset, end=chunk.offset + chunk.duration, tokens=tokens)]
         else:
-            pieces, _, single_ending = split_by_timestamps(
+            pieces, next_seek, single_ending = split_by_timestamps(
                 tokens, timestamp_begin=tokenizer.timestamp_begin, time_offset=chunk.offset,
                 seek=chunk.start // HOP_LENGTH, segment_size=frames,
             )
+            resume_at = next_seek * HOP_LENGTH
             covered = sum(len(p["tokens"]) for p in pieces)
             rest = tokens[covered:]
-            if any(t < tokenizer.eot for t in rest):
+            if not single_ending and chunk.start < resume_at and chunk.end - resume_at >= MIN_CONTINUATION_SAMPLES:
+                rest_chunk = Chunk(resume_at, chunk.end)
+            elif any(t < tokenizer.eot for t in rest):
                 # Text after the last closed pair: long-form would decode it again from there;
                 # an independent window keeps it as a last segment up to the chunk's end.
                 start = pieces[-1]["end"] if pieces else chunk.offset
@@ -270,13 +302,13 @@ class BatchedTranscriber:
                 seek=chunk.start // HOP_LENGTH, temperature=result.temperature, avg_logprob=result.avg_logprob,
                 compression_ratio=result.compression_ratio, no_speech_prob=result.no_speech_prob,
             )
-        return pieces
+        return pieces, rest_chunk
 
     def _result(self, job: _Job) -> TranscriptionResult:
         eot = self.asr.tokenizer.eot
         segments: list[Segment] = []
-        for index in range(len(job.chunks)):
-            for piece in job.pieces[index]:
+        for _, pieces in sorted(job.pieces, key=lambda entry: entry[0]):
+            for piece in pieces:
                 text = self.asr.tokenizer.decode([t for t in piece["tokens"] if t < eot])
                 if piece["start"] == piece["end"] or not text.strip():
                     continue

@@ -165,19 +165,27 @@ class RecordLog:
     """Appends records to a JSONL file as they happen (a crash keeps what was logged).
 
     Args:
-      path: the JSONL file (truncated at the start of the run); ``None`` logs nothing.
+      path: the JSONL file; ``None`` logs nothing.
       statuses: which records to keep (``("failed",)`` for an errors file).
       fields: which record fields to write (default: all).
+      append: keep earlier lines (a resumed run adds to the log of the runs before it).
     """
 
-    def __init__(self, path: Optional[str | Path], statuses: Sequence[str] = ("ok", "failed", "skipped"), fields: Optional[Sequence[str]] = None) -> None:
+    def __init__(
+        self,
+        path: Optional[str | Path],
+        statuses: Sequence[str] = ("ok", "failed", "skipped"),
+        fields: Optional[Sequence[str]] = None,
+        *,
+        append: bool = False,
+    ) -> None:
         self.path = Path(path) if path else None
         self.statuses = tuple(statuses)
         self.fields = tuple(fields) if fields else None
         self._file = None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "w", encoding="utf-8")
+            self._file = open(self.path, "a" if append else "w", encoding="utf-8")
 
     def add(self, record: ItemRecord) -> None:
         if self._file is not None and record.status in self.statuses:

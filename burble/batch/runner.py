@@ -31,7 +31,8 @@ class RunOptions:
       resume: skip items whose outputs are complete.
       progress: draw a progress bar on stderr.
       errors_file: JSONL of failed items (written as they fail).
-      records_file: JSONL of every item's record (status, audio seconds, latency, text).
+      records_file: JSONL of every item's record (status, audio seconds, latency, text);
+        appended to when resuming, so it keeps the history of the interrupted runs.
       summary_file: JSON summary at the end.
       ray_address: a Ray cluster to connect to.
     """
@@ -122,7 +123,7 @@ def run_job(
     remove_stale_temporaries(config.output_dir)
     todo, skipped = plan(items, config, resume=run.resume)
     errors = RecordLog(run.errors_file, ("failed",), ERROR_FIELDS)
-    records = RecordLog(run.records_file)
+    records = RecordLog(run.records_file, append=run.resume)
     progress = JobProgress(todo, run.progress)
 
     def handle(record: ItemRecord) -> None:

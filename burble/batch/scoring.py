@@ -125,7 +125,8 @@ def score_items(items: Sequence[AudioItem], hyp_dir: str | Path, records: Sequen
     Args:
       items: manifest items (those without ``text`` are skipped).
       hyp_dir: the job's output folder.
-      records: rows of the job's records file (for latency and duration).
+      records: rows of the job's records file (for latency and duration; the last ``ok`` row of
+        an id wins, as a resumed run appends to the file).
     """
     by_id = {r["id"]: r for r in records if r.get("status") == "ok"}
     corpus = CorpusScore()

@@ -40,7 +40,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--initial-prompt", default=None, help="text to prompt the first window (every window when batched) with")
     parser.add_argument("--speculative", choices=("off", "ngram", "self", "auto"), default="off", help="lossless speculative decoding drafter (greedy only)")
     parser.add_argument("--draft-length", type=int, default=4, help="tokens per speculative draft")
-    parser.add_argument("--output-format", "-f", choices=FORMATS + ("all",), default="txt")
+    parser.add_argument("--output-format", "-f", default="txt", help=f"{', '.join(FORMATS)}, all, or a comma list (json,txt)")
     parser.add_argument("--output-dir", "-o", default=".", help="where outputs are written")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads per worker (0 = cores / workers)")
     parser.add_argument("--device", default="cpu")

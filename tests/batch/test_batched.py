@@ -110,3 +110,34 @@ def test_long_recording_with_vad_windows(asr):
     assert wer(item.text, result.text) < 0.15
     starts = [s.start for s in result.segments]
     assert starts == sorted(starts) and result.segments[-1].end <= item.duration_s + 0.1
+
+
+def test_text_stopping_early_continues_in_a_new_window(asr, clips, monkeypatch):
+    """A window ending with a closed timestamp pair mid-chunk gets a continuation window from there."""
+    tb = asr.tokenizer.timestamp_begin
+    word = asr.tokenizer.encode(" word")
+    audio = np.concatenate([a for _, a in clips])[: 10 * 16000]
+    assert len(audio) == 10 * 16000
+    replies = [
+        [tb] + word + [tb + 100, tb + 100] + word + [tb + 200, tb + 200],  # 0-2 s, 2-4 s, then "seek to 4 s"
+        [tb] + word + [tb + 50],  # the continuation: 4.0-5.0 s, single timestamp ending: done
+    ]
+    offsets, calls = [], []
+
+    def fake(features, prompt, opts, *, temperature=0.0, stats=None):
+        calls.append(features.shape[0])
+        return [WindowResult(tokens=replies[len(calls) - 1], avg_logprob=-0.1, no_speech_prob=0.0, temperature=0.0,
+                             compression_ratio=1.0) for _ in range(features.shape[0])]
+
+    real_window = BatchedTranscriber._window
+
+    def spy(self, job, chunk):
+        offsets.append(chunk.offset)
+        return real_window(self, job, chunk)
+
+    monkeypatch.setattr(asr, "decode_windows", fake)
+    monkeypatch.setattr(BatchedTranscriber, "_window", spy)
+    result = BatchedTranscriber(asr, GREEDY, BatchOptions(batch_size=2)).transcribe(audio)
+    assert offsets == [0.0, 4.0] and calls == [1, 1]
+    assert [(s.start, s.end) for s in result.segments] == [(0.0, 2.0), (2.0, 4.0), (4.0, 5.0)]
+    assert result.text == "word word word"
