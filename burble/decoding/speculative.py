@@ -146,13 +146,13 @@ def verify_sampling(
     device = target_probs.device
     for j, x in enumerate(draft):
         p = target_probs[j]
-        if draft_probs is None:
+        q = None if draft_probs is None else draft_probs[j].to(p.dtype)
+        if q is None or float(q[x]) <= 0.0:
+            # One-hot rule (also for a token its own q calls impossible: the ratio p/q would be
+            # undefined, and verifying x as one-hot stays lossless whatever proposed it).
             q = torch.zeros_like(p)
             q[x] = 1.0
-        else:
-            q = draft_probs[j].to(p.dtype)
-        qx = float(q[x])
-        ratio = 1.0 if qx <= 0.0 else min(1.0, float(p[x]) / qx)
+        ratio = min(1.0, float(p[x]) / float(q[x]))
         u = float(torch.rand((), generator=generator, device=device, dtype=torch.float64))
         if u < ratio:
             continue

@@ -202,7 +202,7 @@ def test_greedy_speculation_returns_the_plain_greedy_output(k: int, eos):
     processors = (_PenaliseRepeat(), SuppressTokens([7]), SuppressAtBegin([EOS], sample_begin=3))
     options = DecodingOptions(max_new_tokens=25, eos_token_id=eos, draft_length=k)
     accepted = 0
-    for prompt in _prompts(12, seed=k):
+    for prompt in _prompts(8, seed=k):
         plain = _run(model, prompt, options, processors=processors)
         for name, drafter in _drafters(model, prompt, plain.tokens[0]).items():
             spec = _run(model, prompt, options, processors=processors, drafter=drafter)

@@ -80,6 +80,9 @@ def test_verify_sampling_never_accepts_or_emits_zero_probability_tokens():
         assert n == 0 and token != 2
         n, token = verify_sampling([2], None, p, g)  # one-hot draft of an impossible token
         assert n == 0 and token != 2
+        # An inconsistent q (zero for the token it drafted) is verified as one-hot, never trusted.
+        n, token = verify_sampling([2], torch.tensor([[0.5, 0.5, 0.0]], dtype=torch.float64), p, g)
+        assert n == 0 and token != 2
 
 
 def test_verify_sampling_one_hot_accepts_a_certain_token():
