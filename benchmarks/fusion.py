@@ -21,6 +21,8 @@ Usage::
     python benchmarks/fusion.py                # everything, appended to BENCHMARKS.md
     python benchmarks/fusion.py --quick        # 6 name sentences, 3 controls, 4 dev clips; print only
     python benchmarks/fusion.py --no-write --lm-alpha 0.5 --lm-beta 1 --weight 2
+    # weights are chosen on the disjoint tuning set, e.g.
+    python benchmarks/fusion.py --set benchmarks/data/biasing_tune.json --no-dev --systems boost --weight 4
 """
 
 from __future__ import annotations
@@ -74,9 +76,9 @@ def load_data(args) -> dict[str, list[Utterance]]:
     from burble.testing.dev_audio import dev_audio_items
     from burble.testing.synthetic import piper_speech
 
-    items = load_biasing_set()
-    names = [i for i in items if i.keywords]
-    controls = [i for i in items if not i.keywords]
+    items = load_biasing_set(args.set) if args.set else load_biasing_set()
+    names = [i for i in items if i.keywords][: args.limit]
+    controls = [i for i in items if not i.keywords][: args.limit]
     if args.quick:
         names, controls = names[:6], controls[:3]
     data = {
@@ -134,6 +136,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--quick", action="store_true", help="a small subset (smoke run; print only)")
     parser.add_argument("--no-dev", action="store_true", help="skip ../shared/dev-audio")
+    parser.add_argument("--set", type=Path, default=None, help="another biasing set file (e.g. the tuning set)")
+    parser.add_argument("--limit", type=int, default=None, help="at most this many name and control sentences")
     parser.add_argument("--lm-alpha", type=float, default=None)
     parser.add_argument("--lm-beta", type=float, default=None)
     parser.add_argument("--weight", type=float, default=None, help="boosting bonus per matched token")
@@ -162,7 +166,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         fusion = FusionOptions(alpha=args.lm_alpha if args.lm_alpha is not None else fusion.alpha,
                                beta=args.lm_beta if args.lm_beta is not None else fusion.beta)
     weight = args.weight if args.weight is not None else DEFAULT_WEIGHT
-    phrases = tuple(Phrase(p, weight) for p in biasing_phrases(load_biasing_set()))
+    phrases = tuple(Phrase(p, weight) for p in biasing_phrases(load_biasing_set(args.set) if args.set else load_biasing_set()))
     hotwords = " ".join(p.text for p in phrases)
 
     print(f"loading data, LM ({backend}, {lm_path.name}) and models...", flush=True)
@@ -198,6 +202,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     names, controls = data["biasing: names"], data["biasing: controls"]
+    if not names:
+        print("the biasing set has no name sentences")
+        return 1
     plain_seconds = None
     for key in chosen:
         label = systems[key][0]
@@ -205,6 +212,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         report = keyword_report([u.reference for u in names], named.hypotheses, [u.keywords for u in names],
                                 per_utterance_keywords=True)
         control = runs[("biasing: controls", key)]
+        control_wer = corpus_wer(zip([u.reference for u in controls], control.hypotheses)) if controls else float("nan")
         dev = runs.get(("dev-audio", key))
         seconds = named.seconds + control.seconds
         if key == "plain":
@@ -215,7 +223,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         lines.append(
             f"| {label} | {fmt(report.recall)} ({report.total.hits}/{report.total.reference}) | {fmt(report.precision)} "
             f"| {fmt(corpus_wer(zip([u.reference for u in names], named.hypotheses)))} "
-            f"| {fmt(corpus_wer(zip([u.reference for u in controls], control.hypotheses)))} "
+            f"| {fmt(control_wer)} "
             f"| {fmt(corpus_wer(zip([u.reference for u in data['dev-audio']], dev.hypotheses))) if dev else '-'} "
             f"| {seconds:.1f} | {ratio} | {share_text} |"
         )
@@ -230,7 +238,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print()
     print(settings)
     print(table)
-    if args.no_write or args.quick:
+    if args.no_write or args.quick or args.set or args.limit:
         return 0
     machine = f"{platform.machine()}, {platform.processor() or 'cpu'}, torch {torch.__version__}, {args.threads} threads"
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
