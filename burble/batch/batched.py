@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, Iterable, Iterator, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Generic, Iterable, Iterator, Mapping, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 import torch
@@ -152,12 +152,16 @@ class BatchedTranscriber:
         return result
 
     def transcribe_many(
-        self, inputs: Iterable[tuple[K, np.ndarray]]
+        self, inputs: Iterable[tuple[K, np.ndarray]], windows: Optional[Mapping[K, Sequence[Chunk]]] = None
     ) -> Iterator[tuple[K, Union[TranscriptionResult, BaseException]]]:
         """Transcribe ``(key, 16 kHz mono samples)`` pairs, yielding ``(key, result)`` in input order.
 
         Inputs are pulled lazily, only as far as needed to fill the next batch. A window whose
         decoding raises makes its recording's result that exception; the other recordings go on.
+
+        Args:
+          inputs: ``(key, samples)`` pairs.
+          windows: chunks to decode per key, instead of the segmenter's (e.g. from supervisions).
         """
         queue: deque[_Window] = deque()
         jobs: deque[_Job] = deque()
@@ -170,10 +174,11 @@ class BatchedTranscriber:
                 if job.audio.ndim != 1:
                     raise ValueError(f"expected mono audio (1-D), got shape {job.audio.shape}")
                 job.duration = len(job.audio) / SAMPLE_RATE
-                windows = [self._window(job, chunk) for chunk in self.segmenter(job.audio)]
+                chunks = windows[key] if windows is not None and key in windows else self.segmenter(job.audio)
+                new = [self._window(job, chunk) for chunk in chunks]
             except Exception as error:  # this recording fails, the others go on
-                job.error, windows = error, []
-            queue.extend(windows)
+                job.error, new = error, []
+            queue.extend(new)
             while len(queue) >= size:
                 # Continuation windows go first, so recordings in flight finish soon.
                 queue.extendleft(reversed(self._run_batch([queue.popleft() for _ in range(size)])))
