@@ -1,8 +1,8 @@
 """The Ray engine: the same job on Ray Data, so a user with a Ray cluster scales out unchanged.
 
 Items become a ``ray.data`` dataset (``from_items``); ``map_batches`` runs :class:`RayTranscriber`
-- a callable class, so Ray keeps a pool of ``workers`` actors (``ActorPoolStrategy``), each holding one loaded model and
-reserving ``threads`` CPUs - over batches of items. Every actor runs the same
+- a callable class, so Ray keeps a pool (``ActorPoolStrategy``) of ``workers`` actors, each
+holding one loaded model and reserving ``threads`` CPUs - over batches of items. Every actor runs the same
 :class:`~burble.batch.worker.ItemTranscriber` as the local engine and writes outputs itself, so the
 output folder must be reachable from every node (a shared filesystem on a cluster; any folder on
 one machine). The driver streams the records back for progress, errors and the summary.

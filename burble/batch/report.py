@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from burble.batch.outputs import atomic_write_text
-from burble.batch.scoring import CorpusScore
+from burble.batch.scoring import CorpusScore, compact_diff
 
 
 def _pct(value: float) -> str:
@@ -116,7 +116,7 @@ def markdown(corpus: CorpusScore, data: dict, *, title: str, worst: int, has_lat
                   "Normalised words; `[ref->hyp]` substitution, `[-w]` deletion, `[+w]` insertion.", ""]
         for u in bad:
             lines += [f"**{u.id}**: WER {_pct(u.wer)} ({u.words.errors} of {u.words.ref_len} words wrong)", "",
-                      f"> {u.diff()}", ""]
+                      f"> {compact_diff(u.diff())}", ""]
     return "\n".join(lines) + "\n"
 
 

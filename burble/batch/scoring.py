@@ -107,6 +107,24 @@ def word_diff(reference: str, hypothesis: str) -> str:
     return " ".join(out)
 
 
+def compact_diff(diff: str, context: int = 6) -> str:
+    """Keep only the words within ``context`` words of an edit (``…`` marks the cuts)."""
+    words = diff.split()
+    edits = [i for i, w in enumerate(words) if w.startswith("[")]
+    if not edits:
+        return diff
+    keep = sorted({j for i in edits for j in range(max(0, i - context), min(len(words), i + context + 1))})
+    out, previous = [], -1
+    for j in keep:
+        if j != previous + 1:
+            out.append("…")
+        out.append(words[j])
+        previous = j
+    if previous != len(words) - 1:
+        out.append("…")
+    return " ".join(out)
+
+
 def read_hypothesis(hyp_dir: str | Path, item_id: str) -> Optional[tuple[str, float]]:
     """``(text, duration)`` from ``<id>.json`` (else ``<id>.txt``, duration 0), or ``None``."""
     base = Path(hyp_dir) / item_id

@@ -61,3 +61,12 @@ def test_score_cli(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "burble", "score", str(tmp_path / "none.jsonl"), str(tmp_path), "-o", str(tmp_path / "r")],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert bad.returncode == 2 and "manifest not found" in bad.stderr
+
+
+def test_compact_diff_keeps_context_around_edits():
+    from burble.batch.scoring import compact_diff
+
+    words = [f"w{i}" for i in range(40)]
+    words[20] = "[w20->x]"
+    assert compact_diff(" ".join(words), context=2) == "… w18 w19 [w20->x] w21 w22 …"
+    assert compact_diff("a b c") == "a b c"

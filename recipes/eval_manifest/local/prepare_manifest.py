@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Stage 0 of the eval recipes: validate a manifest and write it with absolute audio paths.
 
-Usage: prepare_manifest.py SRC.jsonl DST.jsonl [--limit N] [--require-text]
+Usage: prepare_manifest.py SRC.jsonl DST.jsonl [--limit N] [--require-text] [--ids REGEX]
 
 Accepts burble manifests ({"audio", "text", "id"}) and lhotse recordings/cuts; writes burble's
 format (id, absolute audio path, text, and start/duration for cuts) so later stages do not depend
@@ -10,6 +10,7 @@ on the source folder. Prints the item count and total duration.
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -23,16 +24,23 @@ def main() -> int:
     parser.add_argument("dst")
     parser.add_argument("--limit", type=int, default=0, help="keep the first N items (0 = all)")
     parser.add_argument("--require-text", action="store_true", help="drop items without a reference")
+    parser.add_argument("--ids", default=None, help="keep items whose id matches this regular expression")
     args = parser.parse_args()
     try:
         items = read_manifest(args.src)
     except InputError as error:
         print(f"prepare_manifest: {error}", file=sys.stderr)
         return 2
+    if args.ids:
+        pattern = re.compile(args.ids)
+        items = [it for it in items if pattern.search(it.id)]
     if args.require_text:
         items = [it for it in items if it.text is not None]
     if args.limit:
         items = items[: args.limit]
+    if not items:
+        print("prepare_manifest: no items left after filtering", file=sys.stderr)
+        return 2
     missing = [it.audio for it in items if not Path(it.audio).is_file()]
     if missing:
         print(f"prepare_manifest: {len(missing)} audio file(s) missing, e.g. {missing[0]}", file=sys.stderr)
