@@ -139,7 +139,9 @@ class WhisperASR:
                 result = generate(text_model, prompt_tensor, decoding, processors=chain, drafter=drafter, probe_index=probe)
         if stats is not None:
             stats.merge(result.stats)
-        return self._best(result, temperature)
+        best = self._best(result, temperature)
+        best.text_model = text_model
+        return best
 
     def decode_windows(
         self,

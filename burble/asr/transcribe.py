@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
@@ -34,6 +34,9 @@ class WindowResult:
     no_speech_prob: float
     temperature: float
     compression_ratio: float
+    # The decoder bound to this window's audio (its cross-attention K/V are computed): word
+    # alignment reuses it instead of projecting the audio again.
+    text_model: Optional[object] = field(default=None, repr=False, compare=False)
 
 
 def compression_ratio(text: str) -> float:
@@ -186,6 +189,7 @@ def transcribe(
                 time_offset=time_offset,
                 options=options,
                 last_speech_timestamp=last_speech_timestamp,
+                text_model=window.text_model,
             )
             if not single_ending:
                 ends = [w.end for p in pieces for w in (p.get("words") or [])]

@@ -211,7 +211,7 @@ class WhisperStreamingRecognizer:
             return []
         self._previous_tokens = tokens
         offset = self._window_start / SAMPLE_RATE
-        aligned = find_alignment(self.asr, tokens, features, frames)
+        aligned = find_alignment(self.asr, tokens, features, frames, text_model=window.text_model)
         # DTW stretches a word over a following pause (often the last word up to the window end),
         # which would make the commit policy drop the next real words as "already committed".
         durations = sorted(w.end - w.start for w in aligned if w.end > w.start)

@@ -146,6 +146,7 @@ class TextDecoder(nn.Module):
             for _ in range(dims.n_text_layer)
         )
         self.ln = LayerNorm(dims.n_text_state)
+        self._embedding_t: Optional[torch.Tensor] = None  # lazily made by project_logits (CPU)
 
     def cross_kv(self, audio_features: torch.Tensor, num_layers: Optional[int] = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
         blocks = self.blocks[: num_layers or len(self.blocks)]
@@ -185,9 +186,28 @@ class TextDecoder(nn.Module):
             if weights is not None:
                 captured.append(weights)
         x = self.ln(x)
-        logits = (x @ self.token_embedding.weight.to(x.dtype).T).float()
+        logits = self.project_logits(x)
         cache.length = start + length
         return logits, captured
+
+    def project_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, T, D)`` -> float32 logits over the tied token embedding.
+
+        This product reads the whole embedding (80-100 MB in fp32) every step, so its layout
+        matters on CPU: measured with MKL on this project's machines, a single row is ~2x faster
+        against a contiguous transposed copy, and several rows (speculative verification) ~2x
+        faster as ``E @ x^T`` than as ``x @ E^T``.
+        """
+        weight = self.token_embedding.weight
+        batch, length, dim = x.shape
+        if x.device.type != "cpu":
+            return (x @ weight.to(x.dtype).T).float()
+        if batch * length == 1:
+            if self._embedding_t is None or self._embedding_t.shape[1] != weight.shape[0]:
+                self._embedding_t = weight.detach().T.contiguous()
+            return (x @ self._embedding_t).float()
+        flat = x.reshape(batch * length, dim)
+        return (weight @ flat.T).T.reshape(batch, length, -1).float()
 
 
 class Whisper(nn.Module):

@@ -9,7 +9,7 @@ the path enters and leaves its tokens.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import torch
@@ -19,6 +19,7 @@ from scipy.ndimage import median_filter
 from burble.asr.frontend import TIME_PER_AUDIO_TOKEN
 from burble.asr.options import TranscribeOptions
 from burble.asr.results import Word
+from burble.asr.whisper.model import WhisperTextModel
 
 if TYPE_CHECKING:
     from burble.asr.pipeline import WhisperASR
@@ -27,9 +28,17 @@ MEDIAN_FILTER_WIDTH = 7
 
 
 def find_alignment(
-    asr: "WhisperASR", text_tokens: list[int], audio_features: torch.Tensor, num_frames: int
+    asr: "WhisperASR",
+    text_tokens: list[int],
+    audio_features: torch.Tensor,
+    num_frames: int,
+    *,
+    text_model: Optional["WhisperTextModel"] = None,
 ) -> list[Word]:
     """Align ``text_tokens`` (no specials) to the first ``num_frames`` mel frames of a window.
+
+    Args:
+      text_model: the decoder already bound to ``audio_features`` (reuses its cross-attention K/V).
 
     Returns one :class:`Word` per word, with times relative to the window start.
     """
@@ -41,9 +50,8 @@ def find_alignment(
     capture: dict[int, list[int]] = {}
     for layer, head in asr.model.alignment_heads:
         capture.setdefault(layer, []).append(head)
-    from burble.asr.whisper.model import WhisperTextModel
-
-    text_model = WhisperTextModel(asr.model, audio_features)
+    if text_model is None:
+        text_model = WhisperTextModel(asr.model, audio_features)
     cache = text_model.new_cache(1, tokens.shape[1])
     with torch.inference_mode():
         logits, scores = asr.model.decoder(tokens, cache, capture=capture)
@@ -106,6 +114,7 @@ def add_word_timestamps(
     time_offset: float,
     options: TranscribeOptions,
     last_speech_timestamp: float,
+    text_model: Optional[WhisperTextModel] = None,
 ) -> float:
     """Fill ``piece["words"]`` for the segments of one window; return the last word end.
 
@@ -116,7 +125,7 @@ def add_word_timestamps(
     """
     eot = asr.tokenizer.eot
     text_tokens = [t for piece in pieces for t in piece["tokens"] if t < eot]
-    words = find_alignment(asr, text_tokens, audio_features, num_frames)
+    words = find_alignment(asr, text_tokens, audio_features, num_frames, text_model=text_model)
     # Long words at pause boundaries are usually misaligned: clamp to twice the median duration.
     durations = np.array([w.end - w.start for w in words if w.end > w.start])
     max_duration = 2 * float(np.median(durations)) if len(durations) else 0.0
