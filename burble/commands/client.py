@@ -13,7 +13,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Stream FILE to a burble streaming ASR server, in real time (like a live microphone) or "
             "as fast as the server takes it, and print the events: live captions, or with --json the "
-            "same JSON lines as 'burble stream --json'."
+            "same JSON lines as 'burble stream --json'. Exit status: 0 done, 1 server error or "
+            "unreachable, 2 bad arguments."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     from burble.streaming.client import ClientOptions, ServerError, read_audio_file, stream_audio
     from burble.streaming.server.security import load_token
-    from burble.streaming.sinks import JsonLinesSink, TerminalSink
+    from burble.streaming.sinks import EventLogSink, JsonLinesSink, TerminalSink
 
     try:
         token = load_token(args.token_file) if args.token_file else None
@@ -56,7 +57,13 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError, RuntimeError) as e:
         print(f"burble client: {e}", file=sys.stderr)
         return 2
-    sink = JsonLinesSink(sys.stdout) if args.json else TerminalSink(sys.stdout)
+    # Like `burble stream`: JSON lines, live captions on a terminal, else one line per event.
+    if args.json:
+        sink = JsonLinesSink(sys.stdout)
+    elif sys.stdout.isatty():
+        sink = TerminalSink(sys.stdout)
+    else:
+        sink = EventLogSink(sys.stdout)
     try:
         asyncio.run(stream_audio(audio, rate, options, on_event=sink.write))
     except ServerError as e:

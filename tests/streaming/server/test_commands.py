@@ -48,9 +48,11 @@ def test_client_captions_and_errors(tmp_path):
     with ServerThread(FakeFactory(), options_for_tests(token="right-token")) as server:
         result = burble("client", str(wav), "--url", server.url, "--fast")
         assert result.returncode == 1 and "unauthorized" in result.stderr
-        # Without --json: captions (committed text only when stdout is not a terminal).
+        # Without --json into a pipe: one readable line per event, like `burble stream FILE`.
         result = burble("client", str(wav), "--url", server.url, "--fast", "--token-file", str(token))
-        assert result.returncode == 0 and result.stdout.strip().startswith("w") and "{" not in result.stdout
+        assert result.returncode == 0 and "{" not in result.stdout
+        lines = result.stdout.splitlines()
+        assert lines and all(line.startswith("emitted") for line in lines) and "endpoint" in lines[-1]
     result = burble("client", str(tmp_path / "missing.wav"), "--url", "ws://127.0.0.1:9/ws")
     assert result.returncode == 2 and "missing.wav" in result.stderr
     result = burble("client", str(wav), "--url", "ws://127.0.0.1:9/ws", "--fast")
