@@ -36,6 +36,7 @@ def _one_thread():
 SAMPLES = 20_000
 LENGTH = 4
 ALPHA = 1e-6  # a correct verifier fails one run in a million
+STEP_SAMPLES = 5_000  # single verification steps: the wrong rule below is rejected at p ~ 1e-88
 
 
 # --------------------------------------------------------------------------- verify_greedy
@@ -114,7 +115,7 @@ def test_verify_sampling_first_token_is_distributed_as_p(one_hot: bool):
     q = torch.tensor([[0.4, 0.4, 0.1, 0.1]], dtype=torch.float64)
     gq = _gen(3)
     counts = _one_step_output(
-        None if one_hot else q, p, lambda: int(torch.multinomial(q[0], 1, generator=gq)), 20_000
+        None if one_hot else q, p, lambda: int(torch.multinomial(q[0], 1, generator=gq)), STEP_SAMPLES
     )
     result = chi_square_gof(counts, {i: float(p[0, i]) for i in range(4)})
     assert result.p_value > ALPHA, result
@@ -126,7 +127,7 @@ def test_verify_sampling_residual_without_q_is_caught_by_the_single_step_test():
     q = torch.tensor([[0.4, 0.4, 0.1, 0.1]], dtype=torch.float64)
     gq, g = _gen(3), _gen(7)
     counts: Counter = Counter()
-    for _ in range(20_000):
+    for _ in range(STEP_SAMPLES):
         x = int(torch.multinomial(q[0], 1, generator=gq))
         if float(torch.rand((), generator=g, dtype=torch.float64)) < min(1.0, float(p[0, x] / q[0, x])):
             counts[x] += 1
