@@ -1,32 +1,35 @@
-import subprocess
-import sys
-from pathlib import Path
+import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from burble.cli import main
 
 
-def _burble(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "burble", *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
-
-
-def test_manifest_errors_stop_the_job_before_loading_the_model(tmp_path):
+def test_manifest_errors_stop_the_job_before_loading_the_model(tmp_path, capsys):
     manifest = tmp_path / "m.jsonl"
     manifest.write_text('{"audio": "a.wav"}\n{"audio": "b.wav", "txt": \n')
-    proc = _burble("transcribe", str(manifest), "-o", str(tmp_path / "out"))
-    assert proc.returncode == 2
-    assert f"burble transcribe: error: {manifest}:2: not valid JSON" in proc.stderr
+    assert main(["transcribe", str(manifest), "-o", str(tmp_path / "out")]) == 2
+    assert f"burble transcribe: error: {manifest}:2: not valid JSON" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
-def test_bad_flags_are_clear(tmp_path):
-    proc = _burble("transcribe", "examples/jfk.wav", "--batch-size", "0", "-o", str(tmp_path))
-    assert proc.returncode == 2 and "--batch-size must be >= 1" in proc.stderr
-    proc = _burble("transcribe", str(tmp_path / "nothing" / "*.wav"))
-    assert proc.returncode == 2 and "no files match" in proc.stderr
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["examples/jfk.wav", "--batch-size", "0"], "--batch-size must be >= 1"),
+        (["NOWHERE/*.wav"], "no files match"),
+        (["examples/jfk.wav", "-f", "txt,docx"], "unknown output format 'docx'"),
+        (["examples/jfk.wav", "--workers", "0"], "workers must be >= 1"),
+    ],
+)
+def test_bad_flags_are_clear(tmp_path, capsys, args, message):
+    assert main(["transcribe", *args, "-o", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
 
 
-def test_help_lists_the_job_flags():
-    proc = _burble("transcribe", "--help")
-    assert proc.returncode == 0
-    for flag in ("--batch-size", "--segmentation", "--workers", "--engine", "--resume", "--errors-file", "--summary-file", "--lm"):
-        assert flag in proc.stdout
+def test_help_lists_the_job_flags(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["transcribe", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--batch-size", "--segmentation", "--workers", "--engine", "--resume", "--errors-file", "--records-file",
+                 "--summary-file", "--lm"):
+        assert flag in out

@@ -1,14 +1,10 @@
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from burble.batch.inputs import AudioItem
 from burble.batch.scoring import score_items, word_diff
 from burble.batch.report import write_report
 from burble.testing.batch import write_manifest
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _hyps(folder: Path) -> None:
@@ -51,16 +47,15 @@ def test_scores_count_missing_outputs_as_deletions(tmp_path):
     assert len(rows) == 4 and rows[1].startswith("a\t2.000\t0.500\t0.2500\t0.0000")
 
 
-def test_score_cli(tmp_path):
+def test_score_cli(tmp_path, capsys):
+    from burble.cli import main
+
     _hyps(tmp_path / "hyp")
     manifest = write_manifest(tmp_path / "m.jsonl", [{"id": "a", "audio": "a.wav", "text": "the cat sat on the mat"}])
-    proc = subprocess.run([sys.executable, "-m", "burble", "score", str(manifest), str(tmp_path / "hyp"), "-o", str(tmp_path / "r")],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("WER 0.00% (0/6)")
-    bad = subprocess.run([sys.executable, "-m", "burble", "score", str(tmp_path / "none.jsonl"), str(tmp_path), "-o", str(tmp_path / "r")],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert bad.returncode == 2 and "manifest not found" in bad.stderr
+    assert main(["score", str(manifest), str(tmp_path / "hyp"), "-o", str(tmp_path / "r")]) == 0
+    assert capsys.readouterr().out.startswith("WER 0.00% (0/6)")
+    assert main(["score", str(tmp_path / "none.jsonl"), str(tmp_path), "-o", str(tmp_path / "r")]) == 2
+    assert "manifest not found" in capsys.readouterr().err
 
 
 def test_compact_diff_keeps_context_around_edits():
