@@ -2,7 +2,9 @@
 
 * ``ngram``: prompt lookup over the prompt (previous text) and the tokens decoded so far;
 * ``self``: the first ``draft_layers`` decoder layers of the same model draft (early exit);
-* ``auto``: prompt lookup when the context repeats itself, else the early-exit self-draft.
+* ``auto``: the drafter measured best for offline transcription on CPU: prompt lookup. The early-exit
+  self-draft of an untrained Whisper layer is accepted ~4% of the time and costs more than it saves
+  (BENCHMARKS.md, "Speculative decoding"), so ``auto`` does not use it.
 
 All of them are lossless: greedy verification keeps exactly the tokens plain decoding would give.
 """
@@ -13,7 +15,7 @@ from typing import Optional
 
 from burble.asr.options import TranscribeOptions
 from burble.asr.whisper.model import WhisperTextModel
-from burble.decoding.drafters import FirstOfDrafter, ModelDrafter, PromptLookupDrafter
+from burble.decoding.drafters import ModelDrafter, PromptLookupDrafter
 from burble.decoding.speculative import Drafter
 
 
@@ -24,10 +26,7 @@ def window_drafter(
     if options.speculative == "off":
         return None
     lookup = PromptLookupDrafter(hint_tokens=prompt)
-    if options.speculative == "ngram":
+    if options.speculative in ("ngram", "auto"):
         return lookup
     layers = max(1, min(options.draft_layers, text_model.num_layers - 1))
-    self_draft = ModelDrafter(text_model.early_exit(layers), eos_token_id=eos_token_id)
-    if options.speculative == "self":
-        return self_draft
-    return FirstOfDrafter([lookup, self_draft])
+    return ModelDrafter(text_model.early_exit(layers), eos_token_id=eos_token_id)
