@@ -176,6 +176,7 @@ class BatchedTranscriber:
                 job.duration = len(job.audio) / SAMPLE_RATE
                 chunks = windows[key] if windows is not None and key in windows else self.segmenter(job.audio)
                 new = [self._window(job, chunk) for chunk in chunks]
+                job.outstanding = len(new)
             except Exception as error:  # this recording fails, the others go on
                 job.error, new = error, []
             queue.extend(new)
@@ -192,7 +193,6 @@ class BatchedTranscriber:
 
     def _window(self, job: _Job, chunk: Chunk) -> _Window:
         assert job.audio is not None
-        job.outstanding += 1
         return _Window(job, chunk, window_features(job.audio, chunk, self.asr.model.dims.n_mels))
 
     def _finished(self, jobs: "deque[_Job]") -> Iterator[tuple[K, Union[TranscriptionResult, BaseException]]]:
@@ -222,7 +222,7 @@ class BatchedTranscriber:
                     window.job.error = error
         return more
 
-    def _decode(self, windows: list[_Window]) -> None:
+    def _decode(self, windows: list[_Window]) -> list[_Window]:
         asr, options = self.asr, self.options
         started = time.perf_counter()
         features = asr.encode(torch.stack([w.mel for w in windows]))
@@ -247,14 +247,20 @@ class BatchedTranscriber:
                 break
         for i in pending:
             results[i] = best_candidate(candidates[i], options)
-        more: list[_Window] = []
+        # Everything that can fail happens before any job is updated, so a retry after an error
+        # never records a window twice.
+        outcomes = []
         for i, (window, result) in enumerate(zip(windows, results)):
             assert result is not None
             pieces, rest = self._pieces(window, result, features[i : i + 1])
+            outcomes.append((window, pieces, None if rest is None else self._window(window.job, rest)))
+        more: list[_Window] = []
+        for window, pieces, continuation in outcomes:
             window.job.pieces.append((window.chunk.start, pieces))
-            if rest is not None:
-                more.append(self._window(window.job, rest))
             window.job.outstanding -= 1
+            if continuation is not None:
+                window.job.outstanding += 1
+                more.append(continuation)
         return more
 
     def _pieces(self, window: _Window, result: WindowResult, features: torch.Tensor) -> tuple[list[dict], Optional[Chunk]]:

@@ -138,3 +138,20 @@ def test_text_stopping_early_continues_in_a_new_window(asr, clips, monkeypatch):
     assert offsets == [0.0, 4.0] and calls == [1, 1]
     assert [(s.start, s.end) for s in result.segments] == [(0.0, 2.0), (2.0, 4.0), (4.0, 5.0)]
     assert result.text == "word word word"
+
+
+def test_a_window_failing_inside_a_batch_fails_only_its_recording(asr, clips, monkeypatch):
+    inputs = [clips[0], ("bad", clips[1][1]), clips[2]]
+    real_pieces = BatchedTranscriber._pieces
+
+    def pieces(self, window, result, features):
+        if window.job.key == "bad":
+            raise RuntimeError("broken window")
+        return real_pieces(self, window, result, features)
+
+    monkeypatch.setattr(BatchedTranscriber, "_pieces", pieces)
+    out = dict(BatchedTranscriber(asr, GREEDY, BatchOptions(batch_size=3)).transcribe_many(inputs))
+    assert isinstance(out["bad"], RuntimeError)
+    for key, audio in (clips[0], clips[2]):  # retried alone after the batch failed: recorded once
+        alone = [s.tokens for s in asr.transcribe(audio, GREEDY).segments]
+        assert [s.tokens for s in out[key].segments] == alone
