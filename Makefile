@@ -1,12 +1,13 @@
 # burble: two entry points on a fresh machine.
 #   make demo  - create .venv, install burble, transcribe a real recording with the embedded tiny.en
-#   make test  - same venv plus the test extras, run the test suite
+#   make test  - same venv plus the test extras, run the test suite (tests marked slow are left to
+#                `make test-all`: full-dev-set parity, 10-minute soak, browser/server end-to-end, ...)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: demo test test-fast bench clean
+.PHONY: demo test test-all clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,10 +25,10 @@ demo: $(VENV)/.installed
 	$(PY) -m burble transcribe examples/jfk.wav --word-timestamps --output-format all --output-dir outputs/demo
 
 test: $(VENV)/.installed-test
-	$(PY) -m pytest -q
-
-test-fast: $(VENV)/.installed-test
 	$(PY) -m pytest -q -m "not slow"
+
+test-all: $(VENV)/.installed-test
+	$(PY) -m pytest -q
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache

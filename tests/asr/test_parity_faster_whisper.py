@@ -13,7 +13,7 @@ GREEDY = dict(beam_size=1, temperatures=(0.0,), condition_on_previous_text=False
 
 def _clips():
     items = [(item.id, str(item.audio_path)) for item in dev_audio_items()]
-    items += [(clip.id, clip.audio_path) for clip in synthetic_clips(10)]
+    items += [(clip.id, clip.audio) for clip in synthetic_clips(10)]
     return items
 
 
