@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         summary = run_job(items, config, run_options, on_record=report)
-    except (WorkerStartError, FileNotFoundError, ImportError, RuntimeError) as error:
+    except (WorkerStartError, FileNotFoundError, ImportError, RuntimeError, ValueError) as error:  # e.g. the model
         print(f"burble transcribe: error: {error}", file=sys.stderr)
         return 2
     if not args.quiet:

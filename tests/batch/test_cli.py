@@ -18,6 +18,7 @@ def test_manifest_errors_stop_the_job_before_loading_the_model(tmp_path, capsys)
         (["NOWHERE/*.wav"], "no files match"),
         (["examples/jfk.wav", "-f", "txt,docx"], "unknown output format 'docx'"),
         (["examples/jfk.wav", "--workers", "0"], "workers must be >= 1"),
+        (["examples/jfk.wav", "--model", "tiny.xx"], "no model named 'tiny.xx'"),
     ],
 )
 def test_bad_flags_are_clear(tmp_path, capsys, args, message):
