@@ -34,3 +34,15 @@ def test_help_lists_the_job_flags(capsys):
     for flag in ("--batch-size", "--segmentation", "--workers", "--engine", "--resume", "--errors-file", "--records-file",
                  "--summary-file", "--lm"):
         assert flag in out
+
+
+def test_engine_flag_maps_to_run_options():
+    from burble.batch import BatchOptions
+    from burble.cli import build_parser
+    from burble.commands.transcribe import config_from_args
+
+    args = build_parser().parse_args(["transcribe", "m.jsonl", "--engine", "ray", "--workers", "3", "--batch-size", "4",
+                                      "--segmentation", "vad", "-f", "all", "--resume", "--ray-address", "auto"])
+    config, run = config_from_args(args)
+    assert (run.engine, run.workers, run.resume, run.ray_address) == ("ray", 3, True, "auto")
+    assert config.batch == BatchOptions(batch_size=4, segmentation="vad") and config.formats == ("txt", "srt", "vtt", "json")

@@ -2,7 +2,6 @@
 output per item: none corrupt or partial, none lost, and finished items are not redone."""
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -19,17 +19,6 @@ def local_ray():
     ray.shutdown()
 
 
-def test_engine_flag_maps_to_run_options():
-    from burble.cli import build_parser
-    from burble.commands.transcribe import config_from_args
-
-    args = build_parser().parse_args(["transcribe", "m.jsonl", "--engine", "ray", "--workers", "3", "--batch-size", "4",
-                                      "--segmentation", "vad", "-f", "all", "--resume", "--ray-address", "auto"])
-    config, run = config_from_args(args)
-    assert (run.engine, run.workers, run.resume, run.ray_address) == ("ray", 3, True, "auto")
-    assert config.batch == BatchOptions(batch_size=4, segmentation="vad") and config.formats == ("txt", "srt", "vtt", "json")
-
-
 @pytest.mark.slow
 def test_ray_engine_writes_the_outputs_of_the_local_engine(tmp_path, local_ray):
     require_shared()
