@@ -9,7 +9,7 @@ re-running the screen.
 
     python benchmarks/build_biasing_set.py [--names 40] [--controls 15]
     # a disjoint tuning set (weights are chosen on it, never on the evaluation set):
-    python benchmarks/build_biasing_set.py --skip N --names 12 --controls 0 --output benchmarks/data/biasing_tune.json
+    python benchmarks/build_biasing_set.py --skip N --names 12 --skip-controls 15 --controls 8 --output benchmarks/data/biasing_tune.json
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def main() -> None:
     parser.add_argument("--controls", type=int, default=15, help="keyword-free control sentences")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip", type=int, default=0, help="candidates to skip (e.g. those screened for the eval set)")
+    parser.add_argument("--skip-controls", type=int, default=0, help="control sentences to skip (those of the eval set)")
     parser.add_argument("--output", default=None, help="where to write (default: the packaged biasing_set.json)")
     args = parser.parse_args()
 
@@ -54,15 +55,15 @@ def main() -> None:
             break
     output = Path(args.output) if args.output else BIASING_SET_PATH
     save_biasing_set(
-        kept + controls[: args.controls],
+        kept + controls[args.skip_controls : args.skip_controls + args.controls],
         output,
         built=datetime.date.today().isoformat(),
         screen="faster-whisper tiny.en float32 beam 5 on Piper en_US-joe-medium (noise 0)",
         names=len(kept),
         screened=f"candidates {args.skip + 1}..{n + 1} of {len(names)}",
-        controls=min(args.controls, len(controls)),
+        controls=len(controls[args.skip_controls : args.skip_controls + args.controls]),
     )
-    print(f"wrote {output}: {len(kept)} name sentences + {min(args.controls, len(controls))} controls")
+    print(f"wrote {output}: {len(kept)} name sentences + {len(controls[args.skip_controls : args.skip_controls + args.controls])} controls")
 
 
 if __name__ == "__main__":

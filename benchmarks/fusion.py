@@ -31,7 +31,7 @@ import argparse
 import platform
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Optional
@@ -140,6 +140,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="at most this many name and control sentences")
     parser.add_argument("--lm-alpha", type=float, default=None)
     parser.add_argument("--lm-beta", type=float, default=None)
+    parser.add_argument("--lm-pending", type=float, default=None, help="FusionOptions.pending_penalty")
     parser.add_argument("--weight", type=float, default=None, help="boosting bonus per matched token")
     parser.add_argument("--order", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
@@ -162,9 +163,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     backend = "kenlm" if find_kenlm_tool("lmplz") else "kaldingram"
     lm_path = ljspeech_lm(args.order, backend=backend, suffix=".bin" if find_kenlm_tool("build_binary") else ".arpa")
     fusion = FusionOptions()
-    if args.lm_alpha is not None or args.lm_beta is not None:
-        fusion = FusionOptions(alpha=args.lm_alpha if args.lm_alpha is not None else fusion.alpha,
-                               beta=args.lm_beta if args.lm_beta is not None else fusion.beta)
+    for flag, name in ((args.lm_alpha, "alpha"), (args.lm_beta, "beta"), (args.lm_pending, "pending_penalty")):
+        if flag is not None:
+            fusion = replace(fusion, **{name: flag})
     weight = args.weight if args.weight is not None else DEFAULT_WEIGHT
     phrases = tuple(Phrase(p, weight) for p in biasing_phrases(load_biasing_set(args.set) if args.set else load_biasing_set()))
     hotwords = " ".join(p.text for p in phrases)
@@ -231,7 +232,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     dev_note = "" if args.no_dev else f", dev-audio {len(data['dev-audio'])} recordings"
     settings = (
         f"tiny.en, beam 5, temperature 0; LM {args.order}-gram ({backend}) on LJ Speech minus held-out lines; "
-        f"alpha={fusion.alpha}, beta={fusion.beta}; boosting {len(phrases)} phrases, {weight} per token; "
+        f"alpha={fusion.alpha}, beta={fusion.beta}, pending={fusion.pending_penalty}; boosting {len(phrases)} phrases, {weight} per token; "
         f"biasing set {len(names)} name sentences ({sum(len(u.keywords) for u in names)} keywords) + "
         f"{len(controls)} controls (Piper){dev_note}"
     )

@@ -10,10 +10,14 @@ Rewards are potential-based so boosting cannot inflate the score of text that is
 * a token that extends a match earns the phrase's per-token ``weight`` (provisionally);
 * a token that breaks the match *revokes* the provisional bonus earned so far and grants the
   potential of the state it falls back to (zero at the root);
-* completing a phrase commits its bonus (it is never revoked); so does a shorter phrase that ends
-  inside a longer partial match (the automaton's output link);
+* a completed phrase commits its bonus (never revoked) when a word boundary follows it (a token
+  with a leading space, punctuation, or a special token): "Akerman" followed by "n" is the word
+  "Akermann", not the phrase, and loses the bonus; a shorter phrase that ends inside a longer
+  partial match (the automaton's output link) is committed the same way;
 * special and timestamp tokens (``>= eot``, end-of-text included) reset to the root, revoking any
-  provisional bonus.
+  provisional bonus;
+* surface forms without a leading space only start at a word start (text start, after
+  punctuation or a special token), never inside another word.
 
 Over a finished hypothesis the bonuses therefore sum to the weights of the phrases it contains.
 The per-row reward is ``-provisional`` for every token plus a correction on the few tokens the

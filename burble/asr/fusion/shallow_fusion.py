@@ -10,7 +10,10 @@ token after it is known, so the LM score of word ``w`` is charged to the token t
   ``sum over LM words of (alpha * ln P_LM(word | history) + beta)``. One scalar per row is added to
   the columns of a precomputed boolean vocabulary mask (no per-token LM queries);
 * continuation tokens get nothing: choosing them postpones the decision to the next boundary;
-* end-of-text optionally also gets ``alpha * ln P_LM(</s> | history)`` (``score_eos``).
+* end-of-text optionally also gets ``alpha * ln P_LM(</s> | history)`` (``score_eos``);
+* optionally (``pending_penalty``) every word-piece token pays a provisional cost that the word's
+  completion refunds, so a word's net charge is unchanged but a hypothesis cannot avoid the LM by
+  never finishing a word.
 
 Log base: KenLM returns log10 probabilities; they are multiplied by ``ln 10`` so the bonus is in
 natural-log units like Whisper's log-probabilities.
@@ -46,7 +49,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 import torch
 
 from burble.asr.fusion.normalize import LMTextNormalizer
-from burble.asr.fusion.words import is_boundary_piece, word_boundary_mask
+from burble.asr.fusion.words import is_boundary_piece, is_word_piece, word_boundary_mask, word_piece_mask
 from burble.asr.tokenizer import WhisperTokenizer
 
 if TYPE_CHECKING:
@@ -64,6 +67,11 @@ class FusionOptions:
       beta: bonus per LM word (offsets the LM's bias towards short outputs).
       oov_log10: log10 probability used for words the LM does not know (``None``: KenLM's own
         ``<unk>`` probability).
+      pending_penalty: provisional cost (natural log) of every word-piece token of a word not yet
+        complete, refunded when the word completes, so the net charge of a word stays
+        ``alpha * ln P + beta``. Without it a search that adds fusion scores after
+        ``log_softmax`` can dodge the LM by never ending a word (gluing words together);
+        about the LM's mean cost per token is a fair value.
       score_eos: also add ``alpha * ln P(</s> | history)`` to end-of-text (right for utterances
         that end a sentence, wrong for streaming windows that stop mid-sentence).
       use_prompt_context: take the LM history from the prompt's previous text.
@@ -72,6 +80,7 @@ class FusionOptions:
 
     alpha: float = 0.5
     beta: float = 1.0
+    pending_penalty: float = 0.0
     oov_log10: Optional[float] = None
     score_eos: bool = False
     use_prompt_context: bool = True
@@ -142,6 +151,9 @@ class ShallowFusion:
                 for word in self.options.normalizer(self.tokenizer.decode(hyp.pending)):
                     log10, state = self.word_log10(state, word)
                     bonus += self.options.alpha * LN10 * log10 + self.options.beta
+                if self.options.pending_penalty:
+                    pieces = sum(is_word_piece(self.tokenizer.piece(t)) for t in hyp.pending)
+                    bonus += self.options.pending_penalty * pieces  # the refund of the provisional cost
             hyp.completion = (bonus, state)
         return hyp.completion
 
@@ -200,6 +212,9 @@ class ShallowFusion:
         word = torch.tensor([self._complete(h)[0] for h in hyps], dtype=torch.float32, device=tokens.device)
         mask = word_boundary_mask(self.tokenizer, vocab_size).to(tokens.device)
         bonus = word[:, None] * mask
+        if self.options.pending_penalty:
+            pieces = word_piece_mask(self.tokenizer, vocab_size).to(tokens.device)
+            bonus -= self.options.pending_penalty * pieces
         if self.options.score_eos and self.tokenizer.eot < vocab_size:
             bonus[:, self.tokenizer.eot] = torch.tensor([self._eos(h) for h in hyps], device=tokens.device)
         return bonus

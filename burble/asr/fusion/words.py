@@ -14,7 +14,7 @@ import torch
 
 from burble.asr.tokenizer import WhisperTokenizer
 
-_MASKS: "weakref.WeakKeyDictionary[WhisperTokenizer, dict[int, torch.Tensor]]" = weakref.WeakKeyDictionary()
+_MASKS: "weakref.WeakKeyDictionary[WhisperTokenizer, dict[tuple[str, int], torch.Tensor]]" = weakref.WeakKeyDictionary()
 
 
 def is_boundary_piece(piece: str) -> bool:
@@ -43,12 +43,26 @@ def breaks_word(tokenizer: WhisperTokenizer, token: int) -> bool:
     return not rest or is_punctuation_piece(rest)  # a bare space, or punctuation like ``Ġ"`` / ``(``
 
 
+def is_word_piece(piece: str) -> bool:
+    """Whether a piece carries letters or digits (it is part of a word, not punctuation or a space)."""
+    return any(ch.isalnum() for ch in piece)
+
+
 def word_boundary_mask(tokenizer: WhisperTokenizer, vocab_size: int) -> torch.Tensor:
     """Bool ``(vocab_size,)`` of :func:`is_boundary` over the vocabulary (cached per tokenizer)."""
+    return _mask(tokenizer, vocab_size, "boundary", is_boundary_piece, True)
+
+
+def word_piece_mask(tokenizer: WhisperTokenizer, vocab_size: int) -> torch.Tensor:
+    """Bool ``(vocab_size,)``: text tokens with letters or digits (special tokens excluded)."""
+    return _mask(tokenizer, vocab_size, "piece", is_word_piece, False)
+
+
+def _mask(tokenizer: WhisperTokenizer, vocab_size: int, kind: str, rule, special: bool) -> torch.Tensor:
     masks = _MASKS.setdefault(tokenizer, {})
-    if vocab_size not in masks:
-        mask = torch.ones(vocab_size, dtype=torch.bool)
+    if (kind, vocab_size) not in masks:
+        mask = torch.full((vocab_size,), special, dtype=torch.bool)
         for token in range(min(tokenizer.eot, vocab_size)):
-            mask[token] = is_boundary_piece(tokenizer.piece(token))
-        masks[vocab_size] = mask
-    return masks[vocab_size]
+            mask[token] = rule(tokenizer.piece(token))
+        masks[(kind, vocab_size)] = mask
+    return masks[(kind, vocab_size)]

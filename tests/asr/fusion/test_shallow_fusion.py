@@ -177,3 +177,26 @@ def test_cache_is_pruned_to_live_rows(tokenizer, lm):
         row = row + [token]
         fusion.score(torch.tensor([row]), V)
     assert len(fusion._cache) <= 6
+
+
+def test_pending_penalty_is_refunded_when_the_word_completes(tokenizer, lm):
+    """Each word-piece token pays c provisionally; the completing token refunds c per piece, so the
+    sum of the bonuses along any finished text equals the plain fusion scores."""
+    c = 1.7
+    plain = ShallowFusion(lm, tokenizer, FusionOptions(alpha=0.5, beta=1.0), sample_begin=2)
+    charged = ShallowFusion(lm, tokenizer, FusionOptions(alpha=0.5, beta=1.0, pending_penalty=c), sample_begin=2)
+    ids = tokenizer.encode(" The prison of Newgate, in 1818.") + [tokenizer.eot]
+    totals = [0.0, 0.0]
+    for i, token in enumerate(ids):
+        row = torch.tensor([prompt(tokenizer) + ids[:i]])
+        a, b = plain.score(row, V)[0, token], charged.score(row, V)[0, token]
+        totals[0] += float(a)
+        totals[1] += float(b)
+        if token < tokenizer.eot and not tokenizer.starts_word(token) and tokenizer.piece(token).isalnum():
+            assert float(b) == pytest.approx(float(a) - c)  # a continuation piece pays provisionally
+    assert totals[1] == pytest.approx(totals[0], abs=1e-4)
+    # Punctuation and end-of-text are not word pieces: no provisional charge on them.
+    row = torch.tensor([prompt(tokenizer) + tokenizer.encode(" The")])
+    a, b = float(plain.score(row, V)[0, tokenizer.eot]), float(charged.score(row, V)[0, tokenizer.eot])
+    assert b == pytest.approx(a + c)  # " The" is one piece: completing it refunds c
+    assert float(charged.score(row, V)[0, tokenizer.encode(",")[0]]) == pytest.approx(b)
