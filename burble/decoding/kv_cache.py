@@ -12,7 +12,6 @@ cache in ``cross`` so that a model's state for one request is a single object.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 
@@ -90,14 +89,3 @@ class KVCache:
         # rows of different audio carry their own and move with the row.
         if self.cross and self.cross[0][0].shape[0] > 1:
             self.cross = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.cross]
-
-    def clone_prefix(self, length: Optional[int] = None) -> "KVCache":
-        """A deep copy of the first ``length`` positions (default: all valid ones)."""
-        n = self.length if length is None else length
-        copy = KVCache(
-            keys=[k.clone() for k in self.keys],
-            values=[v.clone() for v in self.values],
-            length=n,
-            cross=list(self.cross),
-        )
-        return copy
