@@ -10,7 +10,7 @@ def add_streaming_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by ``burble stream`` and ``burble listen``."""
     parser.add_argument("--model", default="tiny.en", help="tiny.en, base, or a checkpoint path")
     parser.add_argument("--chunk", type=float, default=1.0, help="seconds of speech per re-decode")
-    parser.add_argument("--no-speculative", action="store_true", help="re-decode without the previous-hypothesis draft")
+    parser.add_argument("--speculative", action="store_true", help="re-decode with the previous hypothesis as a lossless speculative draft")
     parser.add_argument("--no-vad", action="store_true", help="send all audio to the recognizer (no VAD gate)")
     parser.add_argument("--language", default=None, help="language code for multilingual models")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
@@ -47,7 +47,7 @@ def build_pipeline(args: argparse.Namespace, source, sinks):
 
     asr = burble.load_model(args.model, threads=args.threads or None)
     recognizer = WhisperStreamingRecognizer(
-        asr, StreamingOptions(speculative=not args.no_speculative, language=args.language)
+        asr, StreamingOptions(speculative=args.speculative, language=args.language)
     )
     pipeline = asr_pipeline(
         source, recognizer, sinks, vad=None if args.no_vad else _vad_options(), options=PipelineOptions(chunk_seconds=args.chunk)

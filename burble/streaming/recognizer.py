@@ -60,8 +60,11 @@ class StreamingOptions:
     """
 
     agreement: int = 2
-    speculative: bool = True
-    draft_length: int = 8
+    # Off by default: on CPU a verification pass over k+1 tokens costs several single-token passes
+    # (the 52k-token output projection), and at k=8 streaming fell behind real time
+    # (BENCHMARKS.md, "Streaming Whisper"); it pays off where verification is nearly free (GPU).
+    speculative: bool = False
+    draft_length: int = 4
     encoder_context: str = "full"
     encoder_margin_seconds: float = 1.0
     max_window_seconds: float = 8.0

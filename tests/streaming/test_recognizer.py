@@ -48,7 +48,7 @@ def stream_array(asr, audio, *, chunk=1.0, options=StreamingOptions()):
 
 def test_direct_accept_commits_words_with_times_and_endpoint(asr):
     audio = load_audio("examples/jfk.wav")
-    recognizer = WhisperStreamingRecognizer(asr)
+    recognizer = WhisperStreamingRecognizer(asr, StreamingOptions(speculative=True))
     events = []
     for i in range(0, len(audio), 16000):
         events += recognizer.accept(audio[i : i + 16000], i)
