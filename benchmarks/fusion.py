@@ -141,6 +141,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--lm-alpha", type=float, default=None)
     parser.add_argument("--lm-beta", type=float, default=None)
     parser.add_argument("--lm-pending", type=float, default=None, help="FusionOptions.pending_penalty")
+    parser.add_argument("--lm-score-eos", action="store_true", help="FusionOptions.score_eos")
     parser.add_argument("--weight", type=float, default=None, help="boosting bonus per matched token")
     parser.add_argument("--order", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
@@ -166,6 +167,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     for flag, name in ((args.lm_alpha, "alpha"), (args.lm_beta, "beta"), (args.lm_pending, "pending_penalty")):
         if flag is not None:
             fusion = replace(fusion, **{name: flag})
+    if args.lm_score_eos:
+        fusion = replace(fusion, score_eos=True)
     weight = args.weight if args.weight is not None else DEFAULT_WEIGHT
     phrases = tuple(Phrase(p, weight) for p in biasing_phrases(load_biasing_set(args.set) if args.set else load_biasing_set()))
     hotwords = " ".join(p.text for p in phrases)
@@ -232,7 +235,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     dev_note = "" if args.no_dev else f", dev-audio {len(data['dev-audio'])} recordings"
     settings = (
         f"tiny.en, beam 5, temperature 0; LM {args.order}-gram ({backend}) on LJ Speech minus held-out lines; "
-        f"alpha={fusion.alpha}, beta={fusion.beta}, pending={fusion.pending_penalty}; boosting {len(phrases)} phrases, {weight} per token; "
+        f"alpha={fusion.alpha}, beta={fusion.beta}, pending={fusion.pending_penalty}, eos={fusion.score_eos}; boosting {len(phrases)} phrases, {weight} per token; "
         f"biasing set {len(names)} name sentences ({sum(len(u.keywords) for u in names)} keywords) + "
         f"{len(controls)} controls (Piper){dev_note}"
     )

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from burble.asr.fusion.boosting import Phrase, PhraseBooster, load_phrases, parse_phrase, surface_forms
+from burble.asr.fusion.boosting import DEFAULT_WEIGHT, Phrase, PhraseBooster, load_phrases, parse_phrase, surface_forms
 
 V = 51864
 
@@ -18,7 +18,9 @@ def total_bonus(booster, tokenizer, text, end=True):
 
 @pytest.fixture
 def booster(tokenizer):
-    return PhraseBooster(["Chronicles of Newgate", ("Akerman", 3.0), "New York", "New York City"], tokenizer, sample_begin=2)
+    return PhraseBooster(
+        ["Chronicles of Newgate", ("Akerman", 3.0), "New York", "New York City"], tokenizer, sample_begin=2, default_weight=2.0
+    )
 
 
 def n_tokens(tokenizer, text):
@@ -117,7 +119,7 @@ def test_apply_and_prefix_cache(booster, tokenizer):
 
 
 def test_phrase_parsing(tmp_path):
-    assert parse_phrase("Newgate") == Phrase("Newgate", 2.0)
+    assert parse_phrase("Newgate") == Phrase("Newgate", DEFAULT_WEIGHT)
     assert parse_phrase("New York\t3.5") == Phrase("New York", 3.5)
     with pytest.raises(ValueError, match="weight"):
         parse_phrase("New York\tlots")

@@ -5,7 +5,7 @@ import pytest
 from burble.asr.fusion import cli
 from burble.asr.fusion.boosting import Phrase, PhraseBooster
 from burble.asr.fusion.config import BiasingConfig, processor_factory
-from burble.asr.fusion.shallow_fusion import ShallowFusion
+from burble.asr.fusion.shallow_fusion import FusionOptions, ShallowFusion
 
 
 def test_config_from_websocket_style_dict():
@@ -41,7 +41,7 @@ def test_biasing_flags(tmp_path):
         ["--lm", "x.bin", "--lm-alpha", "0.2", "--hotwords", "Akerman", "--hotword-weight", "3", "--hotwords-file", str(hotwords)]
     )
     config = cli.biasing_from_args(args)
-    assert config.lm == "x.bin" and config.fusion.alpha == 0.2 and config.fusion.beta == 1.0
+    assert config.lm == "x.bin" and config.fusion.alpha == 0.2 and config.fusion.beta == FusionOptions().beta
     assert config.phrases == (Phrase("Akerman", 3.0), Phrase("Neild", 5.0))
 
 
