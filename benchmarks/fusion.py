@@ -28,11 +28,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -132,7 +130,6 @@ def fmt(x: float, digits: int = 1, percent: bool = True) -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output", type=Path, default=ROOT / "BENCHMARKS.md")
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--quick", action="store_true", help="a small subset (smoke run; print only)")
     parser.add_argument("--no-dev", action="store_true", help="skip ../shared/dev-audio")
@@ -161,6 +158,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     from burble.testing.biasing import biasing_phrases, ljspeech_lm, load_biasing_set
 
     torch.set_num_threads(args.threads)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from common import machine_description
+
+    machine = machine_description()  # before the run: it records the load average at start
     backend = "kenlm" if find_kenlm_tool("lmplz") else "kaldingram"
     lm_path = ljspeech_lm(args.order, backend=backend, suffix=".bin" if find_kenlm_tool("build_binary") else ".arpa")
     fusion = FusionOptions()
@@ -239,18 +240,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         f"biasing set {len(names)} name sentences ({sum(len(u.keywords) for u in names)} keywords) + "
         f"{len(controls)} controls (Piper){dev_note}"
     )
-    print()
-    print(settings)
-    print(table)
-    if args.no_write or args.quick or args.set or args.limit:
-        return 0
-    machine = f"{platform.machine()}, {platform.processor() or 'cpu'}, torch {torch.__version__}, {args.threads} threads"
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    command = "python benchmarks/fusion.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    with args.output.open("a", encoding="utf-8") as f:
-        f.write(f"\n## Decode-time biasing (shallow fusion, phrase boosting)\n\n`{command.strip()}` — {when} — {machine}\n\n")
-        f.write(settings + "\n\n" + table + "\n")
-    print(f"appended to {args.output}")
+    from common import append_section
+
+    write = not (args.no_write or args.quick or args.set or args.limit)
+    append_section("Decode-time biasing (shallow fusion, phrase boosting)", settings + "\n\n" + table,
+                   machine=machine, write=write)
     return 0
 
 

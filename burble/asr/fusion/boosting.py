@@ -323,7 +323,8 @@ class PhraseBooster:
             state = self.state(row)
             # Default: every token falls back to the root and revokes the provisional bonus, except
             # that a word boundary first commits a completed phrase.
-            bonus[b] -= state.provisional
+            if state.provisional:
+                bonus[b] -= state.provisional
             committed = self.committed(state)
             if committed:
                 bonus[b] += committed * boundary

@@ -61,8 +61,7 @@ def word_piece_mask(tokenizer: WhisperTokenizer, vocab_size: int) -> torch.Tenso
 def _mask(tokenizer: WhisperTokenizer, vocab_size: int, kind: str, rule, special: bool) -> torch.Tensor:
     masks = _MASKS.setdefault(tokenizer, {})
     if (kind, vocab_size) not in masks:
-        mask = torch.full((vocab_size,), special, dtype=torch.bool)
-        for token in range(min(tokenizer.eot, vocab_size)):
-            mask[token] = rule(tokenizer.piece(token))
-        masks[(kind, vocab_size)] = mask
+        text = min(tokenizer.eot, vocab_size)
+        flags = [rule(tokenizer.piece(token)) for token in range(text)] + [special] * (vocab_size - text)
+        masks[(kind, vocab_size)] = torch.tensor(flags, dtype=torch.bool)
     return masks[(kind, vocab_size)]
