@@ -68,6 +68,12 @@ class TimedProcessor:
         self.inner.apply(logits, tokens)
         self.clock[0] += time.perf_counter() - started
 
+    def score(self, tokens, vocab_size: int):
+        started = time.perf_counter()
+        bonus = self.inner.score(tokens, vocab_size)
+        self.clock[0] += time.perf_counter() - started
+        return bonus
+
 
 def load_data(args) -> dict[str, list[Utterance]]:
     from burble.testing.biasing import load_biasing_set

@@ -4,6 +4,8 @@ The beams of one prompt are rows of one batch; every step runs the logits-proces
 timestamp rules, shallow fusion and phrase boosting steer beam search exactly as they steer greedy
 decoding), keeps the ``beam_size`` best unfinished continuations, moves finished ones aside, and
 reorders the KV cache rows. Finished hypotheses are ranked by length-normalised log-probability.
+Processors marked ``adds_score`` (shallow fusion, boosting) contribute through ``score()`` after the
+``log_softmax`` rather than by editing logits, as classic shallow fusion defines it.
 """
 
 from __future__ import annotations
@@ -66,18 +68,26 @@ def beam_search(
     token_logprobs: list[list[float]] = [[] for _ in range(beam)]
     finished: list[tuple[float, list[int], list[float]]] = []
     max_finished = round(beam * options.patience)
+    # Processors that edit logits (suppression, timestamp rules) run before the softmax; those that
+    # offer an additive score (``adds_score``: shallow fusion, phrase boosting) are added after it.
+    rules = [p for p in processors if not getattr(p, "adds_score", False)]
+    scorers = [p for p in processors if getattr(p, "adds_score", False)]
 
     for _step in range(options.max_new_tokens):
         start = cache.length
         logits = model.forward(sequences[:, -1:], cache)[:, -1]
         stats.target_passes += 1
         probe.see(start, logits[:1, None])
-        apply_processors(processors, logits, sequences)
+        apply_processors(rules, logits, sequences)
         logprobs = F.log_softmax(logits.float(), dim=-1).double()
         scores = sum_logprobs[:, None] + logprobs
-        top_scores, top_tokens = scores.topk(beam + 1, dim=-1)
+        for scorer in scorers:
+            # Fusion scores join after the softmax (log p_AM + alpha log p_LM + beta): added to the
+            # logits, a bonus shared by every word-ending token would be normalised away.
+            scores = scores + scorer.score(sequences, logprobs.shape[-1]).to(scores)
+        top_scores, top_tokens = scores.topk(min(beam + 1, scores.shape[-1]), dim=-1)
         candidates = sorted(
-            ((float(top_scores[r, j]), r, int(top_tokens[r, j])) for r in range(beam) for j in range(beam + 1)),
+            ((float(top_scores[r, j]), r, int(top_tokens[r, j])) for r in range(beam) for j in range(top_tokens.shape[1])),
             key=lambda c: -c[0],
         )
         keep_rows: list[int] = []
@@ -89,16 +99,19 @@ def beam_search(
                 break
             step_lp = float(logprobs[row, token])
             if token == eos:
+                # Only an end that ranks above the beam's last live continuation counts as finished
+                # (Whisper's rule): collecting every end-of-text in the top beam+1 of *any* row would
+                # fill the finished list with weak early stops and end the search too soon.
                 if len(finished) < max_finished:
                     generated = sequences[row, prompt_len:].tolist()
                     finished.append((score, generated, token_logprobs[row] + [step_lp]))
-            elif len(keep_rows) < beam:
+            else:
                 keep_rows.append(row)
                 keep_tokens.append(token)
                 keep_scores.append(score)
                 keep_logprobs.append(token_logprobs[row] + [step_lp])
-            if len(keep_rows) >= beam and len(finished) >= max_finished:
-                break
+                if len(keep_rows) == beam:
+                    break
         if len(finished) >= max_finished or not keep_rows:
             break
         while len(keep_rows) < beam:  # fewer live candidates than beams: pad with dead rows

@@ -27,10 +27,19 @@ def faster_whisper_model(name: str, compute_type: str = "float32", threads: int 
     return WhisperModel(str(peer_model_dir(name)), device="cpu", compute_type=compute_type, cpu_threads=threads)
 
 
-def faster_whisper_greedy_tokens(name: str, audio: np.ndarray | str, *, compute_type: str = "float32") -> list[list[int]]:
-    """Token ids of each segment from faster-whisper greedy decoding (temperature 0, no conditioning)."""
+def faster_whisper_greedy_tokens(
+    name: str, audio: np.ndarray | str, *, compute_type: str = "float32", beam_size: int = 1
+) -> list[list[int]]:
+    """Token ids of each segment from faster-whisper at temperature 0 without conditioning.
+
+    Args:
+      name: packaged model name.
+      audio: samples at 16 kHz or a file path.
+      compute_type: CTranslate2 compute type.
+      beam_size: 1 is greedy search (the default); > 1 is beam search.
+    """
     model = faster_whisper_model(name, compute_type)
     segments, _ = model.transcribe(
-        audio, beam_size=1, temperature=0.0, condition_on_previous_text=False, language="en"
+        audio, beam_size=beam_size, temperature=0.0, condition_on_previous_text=False, language="en"
     )
     return [list(s.tokens) for s in segments]

@@ -41,3 +41,16 @@ def test_greedy_tokens_identical_on_jfk():
     asr = burble.load_model("tiny.en")
     ours = [segment.tokens for segment in asr.transcribe("examples/jfk.wav", **GREEDY).segments]
     assert ours == faster_whisper_greedy_tokens("tiny.en", "examples/jfk.wav")
+
+
+BEAM = dict(GREEDY, beam_size=5)
+
+
+@pytest.mark.parametrize("clip_index", [0, 4, 17])
+def test_beam_tokens_identical_to_faster_whisper(clip_index):
+    """Beam search (5 beams) gives faster-whisper's tokens. (A beam that counted every early
+    end-of-text in any row's top candidates as finished stopped too soon on clips 4 and 17.)"""
+    item = dev_audio_items()[clip_index]
+    asr = burble.load_model("tiny.en")
+    ours = [segment.tokens for segment in asr.transcribe(str(item.audio_path), **BEAM).segments]
+    assert ours == faster_whisper_greedy_tokens("tiny.en", str(item.audio_path), beam_size=5)
