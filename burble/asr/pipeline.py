@@ -97,8 +97,14 @@ class WhisperASR:
         ids.update([t.transcribe, t.translate, t.sot, t.sot_prev, t.special.get("<|startoflm|>"), t.no_speech])
         return sorted(i for i in ids if i is not None)
 
-    def processors(self, prompt: list[int], options: TranscribeOptions) -> list[LogitsProcessor]:
-        """The logits chain for one window: suppression, blank rule, timestamp grammar, extras."""
+    def processors(
+        self, prompt: list[int], options: TranscribeOptions, extra: Optional[ProcessorFactory] = None
+    ) -> list[LogitsProcessor]:
+        """The logits chain for one window: suppression, blank rule, timestamp grammar, extras.
+
+        Extras come from ``self.extra_processors`` (the model-wide biasing, e.g. of a batch job) and
+        from ``extra`` (one caller's, e.g. a stream's own hotwords); both get the prompt length.
+        """
         sample_begin = len(prompt)
         chain: list[LogitsProcessor] = [SuppressTokens(self.suppressed_tokens(options))]
         if options.suppress_blank:
@@ -106,8 +112,9 @@ class WhisperASR:
         if prompt[-1] != self.tokenizer.no_timestamps and not options.without_timestamps:
             index = round(options.max_initial_timestamp / TIME_PRECISION)
             chain.append(TimestampRules(self.tokenizer, sample_begin, index))
-        if self.extra_processors is not None:
-            chain.extend(self.extra_processors(sample_begin))
+        for factory in (self.extra_processors, extra):
+            if factory is not None:
+                chain.extend(factory(sample_begin))
         return chain
 
     def decode_window(
@@ -119,11 +126,15 @@ class WhisperASR:
         temperature: float = 0.0,
         stats: Optional[SpeculativeStats] = None,
         drafter: Optional[Drafter] = None,
+        extra_processors: Optional[ProcessorFactory] = None,
     ) -> WindowResult:
-        """Decode one 30 s window's text tokens (timestamps included, end-of-text excluded)."""
+        """Decode one 30 s window's text tokens (timestamps included, end-of-text excluded).
+
+        ``extra_processors`` adds a caller's own processors (e.g. a stream's biasing) to the chain.
+        """
         text_model = WhisperTextModel(self.model, audio_features)
         decoding = self._decoding_options(prompt, options, temperature)
-        chain = self.processors(prompt, options)
+        chain = self.processors(prompt, options, extra_processors)
         prompt_tensor = torch.tensor([prompt], device=self.device)
         probe = prompt.index(self.tokenizer.sot)
         with torch.inference_mode():

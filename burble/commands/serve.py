@@ -38,6 +38,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--log-format", choices=("text", "json"), default="text", help="json: one object per line")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    from burble.asr.fusion.cli import add_biasing_arguments
+
+    # Server-wide biasing; a session's own ``hotwords`` (start message) are boosted on top.
+    add_biasing_arguments(parser)
 
 
 def options_from_args(args: argparse.Namespace):
@@ -83,7 +87,12 @@ def run(args: argparse.Namespace) -> int:
     threads = args.threads or max(1, cores // (options.compute_slots or cores))
     log.info("loading model %s", args.model, extra={"event": "loading_model", "model": args.model, "threads": threads})
     asr = burble.load_model(args.model, device=args.device, threads=threads)
-    factory = WhisperRecognizerFactory(asr, model_name=args.model)
+    from burble.asr.fusion.cli import biasing_from_args
+    from burble.streaming.recognizer import StreamingOptions
+
+    biasing = biasing_from_args(args)
+    streaming = StreamingOptions(biasing=biasing if biasing.enabled else None)
+    factory = WhisperRecognizerFactory(asr, streaming, model_name=args.model)
 
     async def main() -> None:
         from concurrent.futures import ThreadPoolExecutor

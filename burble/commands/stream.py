@@ -16,6 +16,24 @@ def add_streaming_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
     parser.add_argument("--json", action="store_true", help="one JSON object per event and line")
     parser.add_argument("--srt", default=None, metavar="FILE", help="also write committed words as SRT")
+    parser.add_argument("--beam-size", type=int, default=1, help="1: greedy re-decodes; more: beam search (slower)")
+    from burble.asr.fusion.cli import add_biasing_arguments
+
+    add_biasing_arguments(parser)
+
+
+def streaming_options_from_args(args: argparse.Namespace):
+    """The recognizer's :class:`~burble.streaming.recognizer.StreamingOptions` of the shared flags."""
+    from burble.asr.fusion.cli import biasing_from_args
+    from burble.streaming.recognizer import StreamingOptions
+
+    biasing = biasing_from_args(args)
+    return StreamingOptions(
+        speculative=args.speculative,
+        language=args.language,
+        beam_size=args.beam_size,
+        biasing=biasing if biasing.enabled else None,
+    )
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -43,12 +61,10 @@ def build_sinks(args: argparse.Namespace, *, live_terminal: bool) -> list:
 def build_pipeline(args: argparse.Namespace, source, sinks):
     import burble
     from burble.streaming.loop import PipelineOptions, asr_pipeline
-    from burble.streaming.recognizer import StreamingOptions, WhisperStreamingRecognizer
+    from burble.streaming.recognizer import WhisperStreamingRecognizer
 
     asr = burble.load_model(args.model, threads=args.threads or None)
-    recognizer = WhisperStreamingRecognizer(
-        asr, StreamingOptions(speculative=args.speculative, language=args.language)
-    )
+    recognizer = WhisperStreamingRecognizer(asr, streaming_options_from_args(args))
     pipeline = asr_pipeline(
         source, recognizer, sinks, vad=None if args.no_vad else _vad_options(), options=PipelineOptions(chunk_seconds=args.chunk)
     )

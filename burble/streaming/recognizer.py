@@ -31,8 +31,10 @@ import numpy as np
 import torch
 
 from burble.asr.frontend import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES, SAMPLE_RATE, log_mel_spectrogram, pad_or_trim
+from burble.asr.fusion.boosting import as_phrases
+from burble.asr.fusion.config import BiasingConfig, processor_factory
 from burble.asr.options import TranscribeOptions
-from burble.asr.pipeline import WhisperASR
+from burble.asr.pipeline import ProcessorFactory, WhisperASR
 from burble.asr.whisper.timing import find_alignment
 from burble.decoding.drafters import PreviousHypothesisDrafter
 from burble.decoding.speculative import SpeculativeStats
@@ -57,6 +59,10 @@ class StreamingOptions:
       log_prob_threshold: see ``no_speech_threshold``.
       beam_size: 1 (greedy, speculative) or more (beam search, no speculation).
       language: language code for multilingual models.
+      biasing: shallow fusion / phrase boosting for this stream (a
+        :class:`~burble.asr.fusion.BiasingConfig`); the fusion LM's history is the committed text
+        Whisper is prompted with, so it carries across chunks.
+      hotwords: extra phrases to boost (e.g. a WebSocket session's ``hotwords``), added to ``biasing``.
     """
 
     agreement: int = 2
@@ -73,6 +79,8 @@ class StreamingOptions:
     log_prob_threshold: float = -1.0
     beam_size: int = 1
     language: Optional[str] = None
+    biasing: Optional[BiasingConfig] = None
+    hotwords: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.encoder_context not in ("window", "full"):
@@ -111,6 +119,7 @@ class WhisperStreamingRecognizer:
             language=options.language,
             draft_length=options.draft_length,
         )
+        self.biasing = _stream_biasing(asr, options)
         self.stats = RecognizerStats()
         self.segment_id = 0
         self._audio = np.zeros(0, dtype=np.float32)
@@ -204,7 +213,8 @@ class WhisperStreamingRecognizer:
         max_tokens = int(8 * len(self._audio) / SAMPLE_RATE) + 8
         options = dataclasses.replace(self.decode_options, max_new_tokens=max_tokens)
         window = self.asr.decode_window(
-            features, prompt, options, temperature=0.0, stats=self.stats.decoding, drafter=drafter
+            features, prompt, options, temperature=0.0, stats=self.stats.decoding, drafter=drafter,
+            extra_processors=self.biasing,
         )
         self.stats.decodes += 1
         tokens = [t for t in window.tokens if t < self.asr.tokenizer.eot]
@@ -250,3 +260,11 @@ class WhisperStreamingRecognizer:
         if gone:
             self._history_tokens.extend(self.asr.tokenizer.encode("".join(w.word for w in gone)))
             self._history_tokens = self._history_tokens[-self.options.prompt_tokens :]
+
+
+def _stream_biasing(asr: WhisperASR, options: StreamingOptions) -> Optional[ProcessorFactory]:
+    """The per-window processor factory of a stream's ``biasing`` and ``hotwords`` (``None``: none)."""
+    config = options.biasing or BiasingConfig()
+    if options.hotwords:
+        config = dataclasses.replace(config, phrases=config.phrases + tuple(as_phrases(options.hotwords)))
+    return processor_factory(config, asr.tokenizer)
