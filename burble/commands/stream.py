@@ -10,7 +10,10 @@ def add_streaming_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by ``burble stream`` and ``burble listen``."""
     parser.add_argument("--model", default="tiny.en", help="tiny.en, base, or a checkpoint path")
     parser.add_argument("--chunk", type=float, default=1.0, help="seconds of speech per re-decode")
-    parser.add_argument("--speculative", action="store_true", help="re-decode with the previous hypothesis as a lossless speculative draft")
+    parser.add_argument(
+        "--no-speculative", dest="speculative", action="store_false",
+        help="re-decode without the previous hypothesis as a lossless speculative draft (same text, more decoder passes)",
+    )
     parser.add_argument("--no-vad", action="store_true", help="send all audio to the recognizer (no VAD gate)")
     parser.add_argument("--language", default=None, help="language code for multilingual models")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
