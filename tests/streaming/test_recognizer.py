@@ -85,6 +85,7 @@ def test_streaming_wer_close_to_offline(asr, clip_ids):
         streaming_pairs.append((item.text, sink.committed_text()))
         offline_pairs.append((item.text, offline.text))
     streaming, offline = corpus_wer(streaming_pairs), corpus_wer(offline_pairs)
+    print(f"{len(items)} clips: streaming WER {streaming:.3f}, offline {offline:.3f}")
     assert streaming <= 1.1 * offline + 0.02, f"streaming WER {streaming:.3f} vs offline {offline:.3f}"
 
 
@@ -111,6 +112,7 @@ def test_memory_stays_flat_over_ten_minutes(asr):
     assert metrics.dropped_seconds == 0
     # Peak RSS after the first quarter (model, buffers and allocator pools warmed up) grows < 60 MB.
     warm = samples[len(samples) // 4]
+    print(f"{metrics.audio_seconds:.0f} s streamed; peak RSS {warm / 1024:.0f} -> {samples[-1] / 1024:.0f} MB")
     assert samples[-1] - warm < 60 * 1024, f"RSS grew {(samples[-1] - warm) / 1024:.0f} MB"
     assert sum(e.type == "endpoint" for e in sink.events) >= 8
 
