@@ -17,7 +17,12 @@ Rewards are potential-based so boosting cannot inflate the score of text that is
 * special and timestamp tokens (``>= eot``, end-of-text included) reset to the root, revoking any
   provisional bonus;
 * surface forms without a leading space only start at a word start (text start, after
-  punctuation or a special token), never inside another word.
+  punctuation or a special token), never inside another word;
+* a phrase repeated back to back ("Akerman Akerman") earns its bonus once: a match that starts on
+  the very token that ended the same phrase commits nothing. Without this, a large weight (6 per
+  token on the tuning set) makes beam search loop on one phrase, each repetition paying for itself.
+  Loops over several phrases ("Buell Davis Buell Davis") still appear at 8 per token; the default
+  (4) is well below.
 
 Over a finished hypothesis the bonuses therefore sum to the weights of the phrases it contains.
 The per-row reward is ``-provisional`` for every token plus a correction on the few tokens the
@@ -220,6 +225,7 @@ class BoostState:
     node: _Node
     provisional: float = 0.0
     word_start: bool = True
+    repeat_of: Optional[int] = None  # phrase that ended exactly where the current match began
 
 
 class PhraseBooster:
@@ -269,32 +275,47 @@ class PhraseBooster:
         return BoostState(self.automaton.root)
 
     @staticmethod
-    def committed(state: BoostState) -> float:
-        """Bonus a word boundary would make permanent: a whole phrase, or one ending inside a longer match."""
+    def ended_phrase(state: BoostState) -> Optional[int]:
+        """Index of the phrase a word boundary would complete now (``None``: none)."""
         node = state.node
         if node.phrase is not None:
+            return node.phrase
+        return node.output.phrase if node.output is not None else None
+
+    @classmethod
+    def committed(cls, state: BoostState) -> float:
+        """Bonus a word boundary would make permanent: a whole phrase, or one ending inside a longer match."""
+        node = state.node
+        phrase = cls.ended_phrase(state)
+        if phrase is None or phrase == state.repeat_of:
+            return 0.0  # no phrase, or the same phrase again back to back
+        if node.phrase is not None:
             return state.provisional
-        if node.output is not None:
-            return min(state.provisional, node.output.potential)
-        return 0.0
+        return min(state.provisional, node.output.potential)  # type: ignore[union-attr]
 
     def step(self, state: BoostState, token: int) -> tuple[float, BoostState]:
         """Reward for appending ``token`` and the state after it."""
         tokenizer = self.tokenizer
         provisional = state.provisional
+        ended = None
         if is_boundary(tokenizer, token):
             provisional -= self.committed(state)  # the phrase ended at a word boundary: keep its bonus
+            ended = self.ended_phrase(state)
         if token >= tokenizer.eot:
             return -provisional, self.initial
         node = state.node
         target = self.automaton.goto(node, token, state.word_start)
+        repeat_of = None
         if node is not self.automaton.root and target is node.children.get(token):
             reward = target.weight
             provisional += target.weight
+            repeat_of = state.repeat_of
         else:  # match broken: revoke what is provisional, grant the fallback's partial match
             reward = target.potential - provisional
             provisional = target.potential
-        return reward, BoostState(target, provisional, breaks_word(tokenizer, token))
+            if target.depth == 1:
+                repeat_of = ended  # a new match begins on the token that ended a phrase
+        return reward, BoostState(target, provisional, breaks_word(tokenizer, token), repeat_of)
 
     def state(self, row: Sequence[int]) -> BoostState:
         """State after a full token row (matching starts at ``sample_begin``), from the longest cached prefix."""

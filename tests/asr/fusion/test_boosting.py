@@ -50,6 +50,23 @@ def test_abandoned_prefix_ends_with_zero_net_bonus(booster, tokenizer):
     assert total_bonus(booster, tokenizer, " New Yorker") == pytest.approx(0.0)
 
 
+def test_back_to_back_repetition_earns_the_bonus_once(booster, tokenizer):
+    """A phrase looping on itself cannot pay for itself (other words in between: each counts)."""
+    once = 3.0 * n_tokens(tokenizer, " Akerman")
+    ny = 2.0 * n_tokens(tokenizer, " New York")
+    assert total_bonus(booster, tokenizer, " Akerman Akerman") == pytest.approx(once)
+    assert total_bonus(booster, tokenizer, " Akerman Akerman Akerman.") == pytest.approx(once)
+    assert total_bonus(booster, tokenizer, " Akerman met Akerman") == pytest.approx(2 * once)
+    assert total_bonus(booster, tokenizer, " Akerman New York") == pytest.approx(once + ny)
+    # A repeated phrase's tokens still get provisional bonuses, all revoked at the boundary.
+    ids = tokenizer.encode(" Akerman Akerman") + [tokenizer.eot]
+    state, rewards = booster.initial, []
+    for token in ids:
+        reward, state = booster.step(state, token)
+        rewards.append(reward)
+    assert sum(rewards) == pytest.approx(once)
+
+
 def test_no_match_inside_other_words(booster, tokenizer):
     assert total_bonus(booster, tokenizer, " Blakerman was here") == pytest.approx(0.0)
     # ...but the no-space form counts at a word start (after an opening quote).
@@ -77,7 +94,7 @@ def test_case_variants_and_weights(tokenizer):
 def test_score_matches_step_for_every_token(booster, tokenizer):
     """The vectorised per-row scores equal the reference transition for all V candidates."""
     prefix = [tokenizer.sot, tokenizer.no_timestamps]
-    for text in (" The Chronicles of", " The Chronicles of New York", " by Akerman", " ("):
+    for text in (" The Chronicles of", " The Chronicles of New York", " by Akerman", " (", " Akerman Akerman", " Akerman Ak"):
         row = prefix + tokenizer.encode(text)
         scores = booster.score(torch.tensor([row]), V)[0]
         state = booster.state(row)
