@@ -27,7 +27,7 @@ def faster_whisper_model(name: str, compute_type: str = "float32", threads: int 
     return WhisperModel(str(peer_model_dir(name)), device="cpu", compute_type=compute_type, cpu_threads=threads)
 
 
-def faster_whisper_greedy_tokens(
+def faster_whisper_tokens(
     name: str, audio: np.ndarray | str, *, compute_type: str = "float32", beam_size: int = 1
 ) -> list[list[int]]:
     """Token ids of each segment from faster-whisper at temperature 0 without conditioning.

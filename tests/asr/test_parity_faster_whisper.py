@@ -4,7 +4,7 @@ import pytest
 
 import burble
 from burble.testing import dev_audio_items, synthetic_clips
-from burble.testing.peers import faster_whisper_greedy_tokens
+from burble.testing.peers import faster_whisper_tokens
 
 pytest.importorskip("faster_whisper")
 
@@ -29,7 +29,7 @@ def test_greedy_tokens_identical_to_faster_whisper(model_name):
     clips = _clips()
     for clip_id, audio in clips:
         ours = [segment.tokens for segment in asr.transcribe(audio, **GREEDY).segments]
-        theirs = faster_whisper_greedy_tokens(model_name, audio)
+        theirs = faster_whisper_tokens(model_name, audio)
         if ours != theirs:
             mismatches.append(clip_id)
     assert len(clips) >= 31
@@ -40,7 +40,7 @@ def test_greedy_tokens_identical_on_jfk():
     """The fast smoke version of the parity test (one real clip, tiny.en)."""
     asr = burble.load_model("tiny.en")
     ours = [segment.tokens for segment in asr.transcribe("examples/jfk.wav", **GREEDY).segments]
-    assert ours == faster_whisper_greedy_tokens("tiny.en", "examples/jfk.wav")
+    assert ours == faster_whisper_tokens("tiny.en", "examples/jfk.wav")
 
 
 BEAM = dict(GREEDY, beam_size=5)
@@ -53,4 +53,4 @@ def test_beam_tokens_identical_to_faster_whisper(clip_index):
     item = dev_audio_items()[clip_index]
     asr = burble.load_model("tiny.en")
     ours = [segment.tokens for segment in asr.transcribe(str(item.audio_path), **BEAM).segments]
-    assert ours == faster_whisper_greedy_tokens("tiny.en", str(item.audio_path), beam_size=5)
+    assert ours == faster_whisper_tokens("tiny.en", str(item.audio_path), beam_size=5)

@@ -57,14 +57,18 @@ def test_stream_hotwords_commit_the_boosted_name(asr):
 
 
 @pytest.mark.parametrize("clip_id", LJ_CLIPS)
-def test_stream_with_fusion_commits_the_offline_fusion_text(asr, lm_path, clip_id):
+def test_stream_with_fusion_commits_the_offline_fusion_text(asr, lm_path, clip_id, monkeypatch):
     """Greedy re-decodes with the LM fused (its history: the committed text in the prompt) end
     with the same words as offline decoding with the same LM."""
-    from burble.asr.fusion import BiasingConfig
+    from burble.asr.fusion import BiasingConfig, ShallowFusion
 
+    calls = []
+    original = ShallowFusion.apply
+    monkeypatch.setattr(ShallowFusion, "apply", lambda self, logits, tokens: calls.append(1) or original(self, logits, tokens))
     config = BiasingConfig(lm=str(lm_path))
     audio = load_audio(str(dev_item(clip_id).audio_path))
     streamed, recognizer, _ = stream_array(asr, audio, options=StreamingOptions(biasing=config))
     assert recognizer.biasing is not None
+    assert calls, "the stream's re-decodes never ran the LM"
     offline = offline_text(asr, audio, config)
     assert normalize_text(streamed.committed_text()) == normalize_text(offline)
