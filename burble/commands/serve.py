@@ -95,11 +95,8 @@ def run(args: argparse.Namespace) -> int:
     factory = WhisperRecognizerFactory(asr, streaming, model_name=args.model)
 
     async def main() -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        # Recognizer calls run via asyncio.to_thread; give every possible session a worker so a
-        # session waiting for a compute slot never delays another session's VAD-only work.
-        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=options.max_sessions + 4))
+        # Each session's recognizer calls run in that session's own worker thread
+        # (RecognizerStage), so a session waiting for a compute slot delays no other session.
         server = AsrServer(factory, options)
         try:
             await server.start()

@@ -13,7 +13,7 @@
 consumes what it understands and passes everything else through, so stages compose freely.
 
 **Recognizer** (implemented by the ASR layer; see ``Recognizer``) is called by
-``RecognizerStage`` in a worker thread (``asyncio.to_thread``), so a decode that takes seconds
+``RecognizerStage`` in its own worker thread, so a decode that takes seconds
 never blocks capture or the loop.
 
 **Back-pressure and lag.** Each tick takes *all* audio that arrived since the previous tick, so

@@ -7,7 +7,7 @@ understands and passes the others through in order.
 
 - ``VADStage``: audio -> speech-only audio + ``Endpoint``s (``StreamingVAD``).
 - ``RecognizerStage``: speech audio + endpoints -> ``StreamEvent``s, calling a ``Recognizer``
-  in a worker thread.
+  in its own worker thread.
 - ``SinkStage``: events -> sinks.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Optional, Protocol, Sequence, Union, runtime_checkable
 
@@ -170,6 +171,10 @@ class VADStage:
 class RecognizerStage:
     """Speech AudioChunks and Endpoints -> StreamEvents, by calling a ``Recognizer`` in a thread.
 
+    Every call goes to one dedicated worker thread, not the event loop's shared pool: the pool
+    may hand consecutive calls to different threads, and a recognizer (torch and onnxruntime
+    keep per-thread state) should see one thread for its whole life. ``close`` ends the thread.
+
     Args:
       recognizer: the streaming recognizer.
       chunk_seconds: gather at least this much speech audio per ``accept`` call (endpoints and
@@ -190,14 +195,17 @@ class RecognizerStage:
         self.calls = 0
         self.busy_seconds = 0.0
         self.audio_seconds = 0.0
+        self._executor: Optional[ThreadPoolExecutor] = None
 
     @property
     def pending_samples(self) -> int:
         return sum(len(c) for c in self._pending)
 
     async def _call(self, fn: Callable[..., list[StreamEvent]], *args: int | np.ndarray) -> list[Item]:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="burble-recognizer")
         t = time.perf_counter()
-        events = await asyncio.to_thread(fn, *args)
+        events = await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
         self.busy_seconds += time.perf_counter() - t
         self.calls += 1
         return list(events)
@@ -232,6 +240,12 @@ class RecognizerStage:
         out = await self._accept()
         out += await self._call(self.recognizer.flush)
         return out
+
+    def close(self) -> None:
+        """End the worker thread (a call still running after a cancel finishes on its own)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
 
 
 class SinkStage:

@@ -3,7 +3,7 @@
 The server loads the model once. Each session gets its own recognizer (its audio window,
 hypotheses and committed words are per-session state) from a ``RecognizerFactory``.
 
-Recognizer calls run in worker threads (``RecognizerStage`` uses ``asyncio.to_thread``), so the
+Recognizer calls run in worker threads (one per ``RecognizerStage``), so the
 event loop keeps serving every connection while a decode runs. ``ComputeLimiter`` caps how many
 decodes run at once across all sessions: on a 2-core machine, eight sessions decoding at the
 same time would each get a quarter of a core and every one would fall behind; with a few slots
