@@ -106,7 +106,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     from burble.asr.frontend import log_mel_spectrogram, pad_or_trim
     from burble.asr.options import TranscribeOptions
     from burble.decoding.drafters import PreviousHypothesisDrafter
-    from burble.decoding.speculative import SpeculativeStats
+    from burble.decoding.stats import SpeculativeStats
     from burble.testing.dev_audio import dev_audio_items
 
     torch.set_num_threads(args.threads)

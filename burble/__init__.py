@@ -9,8 +9,9 @@ The public names are imported on first use (PEP 562), so ``import burble`` (and 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from burble.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from burble.asr.options import TranscribeOptions
@@ -29,15 +30,4 @@ _EXPORTS = {
 __all__ = ["load_model", "WhisperASR", "TranscribeOptions", "TranscriptionResult", "Segment", "Word"]
 __version__ = "0.1.0"
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'burble' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

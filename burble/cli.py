@@ -15,6 +15,7 @@ COMMANDS = {
     "listen": "burble.commands.listen",
     "serve": "burble.commands.serve",
     "client": "burble.commands.client",
+    "lm": "burble.asr.fusion.cli",
 }
 
 

@@ -26,7 +26,8 @@ from burble.decoding.beam import beam_search
 from burble.decoding.generate import GenerationResult, generate
 from burble.decoding.logits import LogitsProcessor, SuppressAtBegin, SuppressTokens
 from burble.decoding.options import DecodingOptions
-from burble.decoding.speculative import Drafter, SpeculativeStats
+from burble.decoding.speculative import Drafter
+from burble.decoding.stats import SpeculativeStats
 
 # Builds extra processors for one window, given the prompt length (sample_begin).
 ProcessorFactory = Callable[[int], Sequence[LogitsProcessor]]

@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from burble.decoding.speculative import SpeculativeStats
+from burble.decoding.stats import SpeculativeStats
 
 
 @dataclass

@@ -21,7 +21,7 @@ from burble.asr.frontend import FRAMES_PER_SECOND, HOP_LENGTH, INPUT_STRIDE, N_F
 from burble.asr.options import TranscribeOptions
 from burble.asr.results import Segment, TranscriptionResult
 from burble.asr.tokenizer import TIME_PRECISION
-from burble.decoding.speculative import SpeculativeStats
+from burble.decoding.stats import SpeculativeStats
 
 if TYPE_CHECKING:
     from burble.asr.pipeline import WhisperASR

@@ -9,12 +9,18 @@
 * :mod:`burble.batch.scoring`, :mod:`burble.batch.report`: WER/CER reports for recipes.
 """
 
-from burble.batch.batched import BatchedTranscriber, BatchOptions
-from burble.batch.inputs import AudioItem, InputError, ManifestError, collect_inputs, read_manifest
-from burble.batch.job import ItemRecord, JobConfig, JobSummary
-from burble.batch.runner import RunOptions, run_job
+from __future__ import annotations
 
-__all__ = [
-    "AudioItem", "BatchOptions", "BatchedTranscriber", "InputError", "ItemRecord", "JobConfig", "JobSummary",
-    "ManifestError", "RunOptions", "collect_inputs", "read_manifest", "run_job",
-]
+from burble.lazy import lazy_exports
+
+# Loaded on first use (PEP 562): ``burble transcribe --help`` and the output helpers need no torch.
+_EXPORTS = {
+    "BatchedTranscriber": "burble.batch.batched", "BatchOptions": "burble.batch.batched",
+    "AudioItem": "burble.batch.inputs", "InputError": "burble.batch.inputs", "ManifestError": "burble.batch.inputs",
+    "collect_inputs": "burble.batch.inputs", "read_manifest": "burble.batch.inputs",
+    "ItemRecord": "burble.batch.job", "JobConfig": "burble.batch.job", "JobSummary": "burble.batch.job",
+    "RunOptions": "burble.batch.runner", "run_job": "burble.batch.runner",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -31,7 +31,7 @@ from burble.asr.options import TranscribeOptions
 from burble.asr.results import Segment, TranscriptionResult
 from burble.asr.transcribe import WindowResult, split_by_timestamps
 from burble.batch.segment import SEGMENTATIONS, Chunk, Segmenter
-from burble.decoding.speculative import SpeculativeStats
+from burble.decoding.stats import SpeculativeStats
 
 if TYPE_CHECKING:
     from burble.asr.pipeline import WhisperASR

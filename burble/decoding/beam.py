@@ -20,7 +20,7 @@ from burble.decoding.generate import GenerationResult, _ProbeRecorder
 from burble.decoding.logits import LogitsProcessor, apply_processors
 from burble.decoding.model import AutoregressiveModel
 from burble.decoding.options import DecodingOptions
-from burble.decoding.speculative import SpeculativeStats
+from burble.decoding.stats import SpeculativeStats
 
 
 def length_normalised_score(sum_logprob: float, length: int, length_penalty: Optional[float]) -> float:

@@ -19,9 +19,9 @@ import torch.nn.functional as F
 from burble.decoding.logits import LogitsProcessor, apply_processors, warp
 from burble.decoding.model import AutoregressiveModel
 from burble.decoding.options import DecodingOptions
+from burble.decoding.stats import SpeculativeStats
 from burble.decoding.speculative import (
     Drafter,
-    SpeculativeStats,
     verify_greedy,
     verify_sampling,
 )

@@ -37,7 +37,7 @@ from burble.asr.options import TranscribeOptions
 from burble.asr.pipeline import ProcessorFactory, WhisperASR
 from burble.asr.whisper.timing import find_alignment
 from burble.decoding.drafters import PreviousHypothesisDrafter
-from burble.decoding.speculative import SpeculativeStats
+from burble.decoding.stats import SpeculativeStats
 from burble.streaming.events import StreamEvent, Word
 from burble.streaming.policy import LocalAgreement, find_trim_time
 

@@ -17,7 +17,7 @@ import burble
 from burble.asr.frontend import log_mel_spectrogram, pad_or_trim
 from burble.asr.options import TranscribeOptions
 from burble.decoding.drafters import PreviousHypothesisDrafter
-from burble.decoding.speculative import SpeculativeStats
+from burble.decoding.stats import SpeculativeStats
 from burble.testing.dev_audio import dev_audio_items, require_shared
 from burble.testing.synthetic import speech_engines_available, synthetic_clips
 

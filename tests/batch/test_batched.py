@@ -10,7 +10,7 @@ from burble.asr.options import TranscribeOptions
 from burble.asr.transcribe import WindowResult
 from burble.batch.batched import BatchedTranscriber, BatchOptions, window_features
 from burble.batch.segment import Chunk
-from burble.decoding.speculative import SpeculativeStats
+from burble.decoding.stats import SpeculativeStats
 from burble.metrics.wer import wer
 from burble.testing import dev_audio_items, require_shared
 

@@ -20,7 +20,8 @@ from burble.decoding.drafters import ModelDrafter, PromptLookupDrafter
 from burble.decoding.generate import generate
 from burble.decoding.logits import SuppressAtBegin
 from burble.decoding.options import DecodingOptions
-from burble.decoding.speculative import Drafter, SpeculativeStats, verify_greedy, verify_sampling
+from burble.decoding.speculative import Drafter, verify_greedy, verify_sampling
+from burble.decoding.stats import SpeculativeStats
 from burble.testing.statistics import chi_square_gof
 from burble.testing.toy_models import TableModel, sequence_distribution
 

@@ -4,13 +4,18 @@ Both are logits processors of the shared decoding core (:mod:`burble.decoding.lo
 sampling, beam search, speculative verification, streaming and the server all use them alike.
 """
 
-from burble.asr.fusion.boosting import Phrase, PhraseBooster, load_phrases, parse_phrase
-from burble.asr.fusion.config import BiasingConfig, processor_factory
-from burble.asr.fusion.lm import build_lm, install_kenlm_tools, load_lm
-from burble.asr.fusion.normalize import LMTextNormalizer
-from burble.asr.fusion.shallow_fusion import FusionOptions, ShallowFusion
+from __future__ import annotations
 
-__all__ = [
-    "BiasingConfig", "FusionOptions", "LMTextNormalizer", "Phrase", "PhraseBooster", "ShallowFusion",
-    "build_lm", "install_kenlm_tools", "load_lm", "load_phrases", "parse_phrase", "processor_factory",
-]
+from burble.lazy import lazy_exports
+
+# Loaded on first use: the CLI's argument parsers import this package and need no torch.
+_EXPORTS = {
+    "Phrase": "burble.asr.fusion.boosting", "PhraseBooster": "burble.asr.fusion.boosting",
+    "load_phrases": "burble.asr.fusion.boosting", "parse_phrase": "burble.asr.fusion.boosting",
+    "BiasingConfig": "burble.asr.fusion.config", "processor_factory": "burble.asr.fusion.config",
+    "build_lm": "burble.asr.fusion.lm", "install_kenlm_tools": "burble.asr.fusion.lm", "load_lm": "burble.asr.fusion.lm",
+    "LMTextNormalizer": "burble.asr.fusion.normalize",
+    "FusionOptions": "burble.asr.fusion.shallow_fusion", "ShallowFusion": "burble.asr.fusion.shallow_fusion",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

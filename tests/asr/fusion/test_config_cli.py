@@ -6,6 +6,7 @@ from burble.asr.fusion import cli
 from burble.asr.fusion.boosting import Phrase, PhraseBooster
 from burble.asr.fusion.config import BiasingConfig, processor_factory
 from burble.asr.fusion.shallow_fusion import FusionOptions, ShallowFusion
+from burble.cli import main
 
 
 def test_config_from_websocket_style_dict():
@@ -47,15 +48,14 @@ def test_biasing_flags(tmp_path):
 
 def test_lm_command_builds_and_scores(tmp_path, capsys):
     pytest.importorskip("kenlm")
-    parser = argparse.ArgumentParser()
-    cli.add_lm_subparser(parser.add_subparsers(dest="command"))
+    # Through the real entry point: ``burble lm`` must be a registered command.
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("The prison was full.\nThe prison was empty.\nNewgate was a prison.\n" * 3)
     out = tmp_path / "lm.arpa"
-    assert cli.run(parser.parse_args(["lm", "build", str(corpus), "-o", str(out), "--order", "2", "--backend", "kaldingram"])) == 0
+    assert main(["lm", "build", str(corpus), "-o", str(out), "--order", "2", "--backend", "kaldingram"]) == 0
     assert out.is_file()
-    assert cli.run(parser.parse_args(["lm", "score", str(out), "The prison, Zzyzx!"])) == 0
+    assert main(["lm", "score", str(out), "The prison, Zzyzx!"]) == 0
     printed = capsys.readouterr().out
     assert "prison\t" in printed and "zzyzx\t" in printed and "(OOV)" in printed and "total\t" in printed
-    assert cli.run(parser.parse_args(["lm", "build", str(tmp_path / "missing.txt"), "-o", str(out)])) == 1
-    assert cli.run(parser.parse_args(["lm"])) == 2
+    assert main(["lm", "build", str(tmp_path / "missing.txt"), "-o", str(out)]) == 1
+    assert main(["lm"]) == 2
