@@ -81,6 +81,13 @@ def _cached_lm(path: str):
     return load_lm(path)
 
 
+@lru_cache(maxsize=32)
+def _cached_booster(phrases: tuple[Phrase, ...], tokenizer: WhisperTokenizer, case_variants: bool) -> PhraseBooster:
+    # A server gives every session the same server-wide phrases: compile their automaton once.
+    # Sharing is safe: each window decodes with ``for_window``'s copy, which has its own cache.
+    return PhraseBooster(phrases, tokenizer, case_variants=case_variants)
+
+
 def processor_factory(
     config: BiasingConfig, tokenizer: WhisperTokenizer, *, lm: Any = None
 ) -> Optional[ProcessorFactory]:
@@ -97,7 +104,7 @@ def processor_factory(
     if not config.enabled and lm is None:
         return None
     model = lm if lm is not None else (_cached_lm(str(config.lm)) if config.lm is not None else None)
-    booster = PhraseBooster(config.phrases, tokenizer, case_variants=config.case_variants) if config.phrases else None
+    booster = _cached_booster(tuple(config.phrases), tokenizer, config.case_variants) if config.phrases else None
 
     def build(sample_begin: int) -> list:
         chain: list = []

@@ -33,6 +33,14 @@ def test_factory_builds_fresh_processors_per_window(tokenizer, lm):
     assert first[1].automaton is second[1].automaton and first[1]._cache is not second[1]._cache
 
 
+def test_sessions_with_the_same_phrases_share_one_automaton(tokenizer):
+    # A server builds a factory per session from its server-wide phrases.
+    same = [processor_factory(BiasingConfig(phrases=(Phrase("Akerman"), Phrase("Neild"))), tokenizer)(3)[0] for _ in range(2)]
+    other = processor_factory(BiasingConfig(phrases=(Phrase("Akerman", 9.0),)), tokenizer)(3)[0]
+    assert same[0].automaton is same[1].automaton and same[0]._cache is not same[1]._cache
+    assert other.automaton is not same[0].automaton and list(other.phrases) == [Phrase("Akerman", 9.0)]
+
+
 def test_biasing_flags(tmp_path):
     parser = argparse.ArgumentParser()
     cli.add_biasing_arguments(parser)
