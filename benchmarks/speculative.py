@@ -38,53 +38,37 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from burble.decoding.stats import SpeculativeStats  # noqa: E402 (torch-free; after the path fix)
+
 TRANSCRIBE_SYSTEMS = ("off", "ngram", "self", "auto")
 
 
 @dataclass
 class Tally:
-    """Totals of one system over the clips."""
+    """Totals of one system over the clips: the decoder's counters plus wall time and identity."""
 
-    passes: int = 0
-    rounds: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    generated: int = 0
-    proposed_at: list[int] = field(default_factory=list)
-    accepted_at: list[int] = field(default_factory=list)
-    decoder_seconds: float = 0.0
+    stats: SpeculativeStats = field(default_factory=SpeculativeStats)
     total_seconds: float = 0.0
     identical: int = 0
     clips: int = 0
 
-    def add(self, stats, total_seconds: float, identical: bool) -> None:
-        self.passes += stats.target_passes
-        self.rounds += stats.draft_rounds
-        self.drafted += stats.drafted
-        self.accepted += stats.accepted
-        self.generated += stats.generated
-        for i, (p, a) in enumerate(zip(stats.proposed_at, stats.accepted_at)):
-            while len(self.proposed_at) <= i:
-                self.proposed_at.append(0)
-                self.accepted_at.append(0)
-            self.proposed_at[i] += p
-            self.accepted_at[i] += a
-        self.decoder_seconds += stats.decoder_seconds
+    def add(self, stats: SpeculativeStats, total_seconds: float, identical: bool) -> None:
+        self.stats.merge(stats)
         self.total_seconds += total_seconds
         self.identical += int(identical)
         self.clips += 1
 
 
 def row(model: str, scenario: str, name: str, tally: Tally, base: Tally, timed_total: bool) -> str:
-    mal = 1.0 + tally.accepted / tally.rounds if tally.rounds else 1.0
-    by_position = " / ".join(f"{a / p:.2f}" for a, p in zip(tally.accepted_at, tally.proposed_at)) or "-"
-    passes_ratio = base.passes / tally.passes if tally.passes else float("nan")
-    decoder_speedup = base.decoder_seconds / tally.decoder_seconds if tally.decoder_seconds else float("nan")
+    stats, base_stats = tally.stats, base.stats
+    by_position = " / ".join(f"{rate:.2f}" for rate in stats.acceptance_rate_at) or "-"
+    passes_ratio = base_stats.target_passes / stats.target_passes if stats.target_passes else float("nan")
+    decoder_speedup = base_stats.decoder_seconds / stats.decoder_seconds if stats.decoder_seconds else float("nan")
     total = f"{tally.total_seconds:.1f}" if timed_total else "-"
     total_speedup = f"{base.total_seconds / tally.total_seconds:.2f}x" if timed_total and tally.total_seconds else "-"
     return (
-        f"| {model} | {scenario} | {name} | {tally.identical}/{tally.clips} | {tally.generated} | {tally.passes} "
-        f"| {passes_ratio:.2f}x | {mal:.2f} | {by_position} | {tally.decoder_seconds:.1f} | {decoder_speedup:.2f}x "
+        f"| {model} | {scenario} | {name} | {tally.identical}/{tally.clips} | {stats.generated} | {stats.target_passes} "
+        f"| {passes_ratio:.2f}x | {stats.mean_acceptance_length:.2f} | {by_position} | {stats.decoder_seconds:.1f} | {decoder_speedup:.2f}x "
         f"| {total} | {total_speedup} |"
     )
 
@@ -106,7 +90,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     from burble.asr.frontend import log_mel_spectrogram, pad_or_trim
     from burble.asr.options import TranscribeOptions
     from burble.decoding.drafters import PreviousHypothesisDrafter
-    from burble.decoding.stats import SpeculativeStats
     from burble.testing.dev_audio import dev_audio_items
 
     torch.set_num_threads(args.threads)

@@ -19,12 +19,8 @@ import torch.nn.functional as F
 from burble.decoding.logits import LogitsProcessor, apply_processors, warp
 from burble.decoding.model import AutoregressiveModel
 from burble.decoding.options import DecodingOptions
+from burble.decoding.speculative import Drafter, verify_greedy, verify_sampling
 from burble.decoding.stats import SpeculativeStats
-from burble.decoding.speculative import (
-    Drafter,
-    verify_greedy,
-    verify_sampling,
-)
 
 
 @dataclass
