@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 import burble  # noqa: E402
-from burble.asr.frontend import load_audio  # noqa: E402
+from burble.audio.io import load_audio  # noqa: E402
 from burble.metrics.wer import corpus_wer  # noqa: E402
 from burble.testing import dev_audio_items, untranscribed_items  # noqa: E402
 from burble.testing.peers import faster_whisper_model  # noqa: E402

@@ -27,7 +27,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import burble  # noqa: E402
-from burble.asr.frontend import SAMPLE_RATE, load_audio  # noqa: E402
+from burble.audio import SAMPLE_RATE  # noqa: E402
+from burble.audio.io import load_audio  # noqa: E402
 from burble.metrics.alignment import force_align  # noqa: E402
 from burble.metrics.latency import EmittedWord, LatencySummary, match_emitted_words  # noqa: E402
 from burble.metrics.wer import corpus_wer  # noqa: E402

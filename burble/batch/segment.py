@@ -4,7 +4,7 @@ Batched decoding treats every window on its own (no text carried from one window
 where windows are cut matters: a cut in the middle of a word loses it. Three strategies:
 
 * ``fixed``: consecutive 30 s windows (cheap, cuts anywhere);
-* ``vad``: silero-vad utterances (:func:`burble.streaming.vad.detect_speech`) merged greedily
+* ``vad``: silero-vad utterances (:func:`burble.audio.vad.detect_speech`) merged greedily
   into contiguous chunks of at most 30 s, so cuts fall in pauses and long silences are skipped
   (the approach of faster-whisper's ``BatchedInferencePipeline`` and WhisperX);
 * ``auto``: a recording of at most 30 s is one window (exactly what long-form transcription
@@ -21,7 +21,8 @@ from typing import Literal, Optional
 
 import numpy as np
 
-from burble.asr.frontend import CHUNK_LENGTH, SAMPLE_RATE
+from burble.asr.frontend import CHUNK_LENGTH
+from burble.audio import SAMPLE_RATE
 
 Segmentation = Literal["auto", "vad", "fixed"]
 SEGMENTATIONS: tuple[str, ...] = ("auto", "vad", "fixed")
@@ -81,7 +82,7 @@ def vad_chunks(audio: np.ndarray, max_seconds: float = CHUNK_LENGTH, vad_model=N
       max_seconds: the longest chunk (30 s: one Whisper window).
       vad_model: a per-frame speech model (default: a new ``SileroVAD``; pass one to reuse it).
     """
-    from burble.streaming.vad import VADOptions, detect_speech
+    from burble.audio.vad import VADOptions, detect_speech
 
     if vad_model is not None:
         vad_model.reset()
@@ -113,7 +114,7 @@ class Segmenter:
         if self.mode == "fixed" or (self.mode == "auto" and n <= self.max_seconds * SAMPLE_RATE):
             return fixed_chunks(n, self.max_seconds)
         if self._vad is None:
-            from burble.streaming.vad import SileroVAD
+            from burble.audio.vad import SileroVAD
 
             self._vad = SileroVAD()
         return vad_chunks(audio, self.max_seconds, self._vad)

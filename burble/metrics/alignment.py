@@ -24,8 +24,10 @@ from typing import Dict, List, Mapping, Optional
 
 import numpy as np
 
+from burble.audio import SAMPLE_RATE
+from burble.audio.io import to_pcm16
+from burble.audio.resample import resample
 from burble.metrics.pronounce import PronunciationGuesser
-from burble.testing.audio import SAMPLE_RATE, resample, to_pcm16
 
 
 class AlignmentError(RuntimeError):

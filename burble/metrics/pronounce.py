@@ -6,7 +6,8 @@ good enough to let the aligner place the word's boundaries, so a small rule-base
 used rather than a trained grapheme-to-phoneme model, in this order:
 
 1. the word itself, or without apostrophes (``o'clock`` -> dictionary lookups);
-2. numbers spelled out (``1818`` -> "one thousand eight hundred eighteen") from dictionary words;
+2. numbers spelled out as they are read (``1818`` -> "eighteen eighteen", :mod:`burble.text.numbers`)
+   from dictionary words;
 3. inflections of a dictionary stem: ``'s``/``s``/``es``, ``ed``/``d``, ``ing``, ``er(s)``,
    ``est``, ``ly``, ``ness``, with the usual voicing rules and doubled consonants
    (``counselled`` -> counsel + D);
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import re
 from typing import Callable, List, Optional
+
+from burble.text.numbers import spoken_number
 
 Lookup = Callable[[str], Optional[str]]
 
@@ -42,36 +45,6 @@ _GRAPHEMES = {
 }
 _MAX_GRAPHEME = max(len(g) for g in _GRAPHEMES)
 _VOWEL_LETTERS = set("aeiouy")
-
-_ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-         "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
-         "nineteen"]
-_TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
-
-
-def number_words(n: int) -> List[str]:
-    """Spell a non-negative integer in English words (``105`` -> one hundred five)."""
-    if n < 0:
-        raise ValueError("only non-negative integers are spelled")
-    if n < 20:
-        return [_ONES[n]]
-    if n < 100:
-        return [_TENS[n // 10]] + (number_words(n % 10) if n % 10 else [])
-    for size, name in ((10**9, "billion"), (10**6, "million"), (1000, "thousand"), (100, "hundred")):
-        if n >= size:
-            head = number_words(n // size) + [name]
-            return head + (number_words(n % size) if n % size else [])
-    raise AssertionError("unreachable")
-
-
-def spoken_number(n: int) -> List[str]:
-    """How a digit string is usually read: years in pairs (1818 -> eighteen eighteen), else cardinal."""
-    if 1100 <= n <= 1999 or 2010 <= n <= 2099:
-        high, low = divmod(n, 100)
-        if low == 0:
-            return number_words(high) + ["hundred"]
-        return number_words(high) + (["oh"] if low < 10 else []) + number_words(low)
-    return number_words(n)
 
 
 def _letters(word: str) -> List[str]:

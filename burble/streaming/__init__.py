@@ -5,12 +5,13 @@ Modules (one job each):
 - ``ring_buffer``: ``RingBuffer``, bounded SPSC audio buffer with absolute sample indices.
 - ``events``: ``Word`` and ``StreamEvent`` (partial / final / endpoint, JSON lines).
 - ``sources``: ``MicrophoneSource``, ``FileSource``, ``ArraySource``, ``PushSource`` (network).
-- ``resample``: ``StreamingResampler`` (any rate -> 16 kHz, piece by piece).
-- ``vad``: ``StreamingVAD`` (silero-vad ONNX + energy gate, pre-roll, hangover, endpoints).
 - ``policy``: ``LocalAgreement`` commit policy and ``find_trim_time``.
 - ``stages``: the ``Stage`` and ``Recognizer`` interfaces and the standard stages.
 - ``loop``: ``Pipeline`` (the asyncio driver), ``asr_pipeline``, ``run_until_interrupted``.
 - ``sinks``: ``TerminalSink``, ``JsonLinesSink``, ``EventLogSink``, ``SrtSink``.
+
+Resampling and the VAD (``StreamingResampler``, ``StreamingVAD``) live below this package, in
+``burble.audio``, because batch jobs use them too.
 
 Importing this package does not import sounddevice, silero-vad or onnxruntime; they load when a
 microphone or the VAD is first used.
@@ -25,7 +26,6 @@ from burble.streaming.loop import (
     run_until_interrupted,
 )
 from burble.streaming.policy import LocalAgreement, find_trim_time, normalize_word
-from burble.streaming.resample import StreamingResampler
 from burble.streaming.ring_buffer import RingBuffer
 from burble.streaming.sinks import EventLogSink, JsonLinesSink, Sink, SrtSink, TerminalSink
 from burble.streaming.sources import (
@@ -44,7 +44,6 @@ from burble.streaming.stages import (
     Stage,
     VADStage,
 )
-from burble.streaming.vad import StreamingVAD, VADOptions, detect_speech
 
 __all__ = [
     "ArraySource",
@@ -68,14 +67,10 @@ __all__ = [
     "SrtSink",
     "Stage",
     "StreamEvent",
-    "StreamingResampler",
-    "StreamingVAD",
     "TerminalSink",
-    "VADOptions",
     "VADStage",
     "Word",
     "asr_pipeline",
-    "detect_speech",
     "find_trim_time",
     "normalize_word",
     "run_until_interrupted",

@@ -48,12 +48,13 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
+from burble.audio import SAMPLE_RATE
+from burble.audio.vad import StreamingVAD, VADOptions
 from burble.streaming.events import StreamEvent
 from burble.streaming.ring_buffer import RingBuffer
 from burble.streaming.sinks import Sink
-from burble.streaming.sources import SAMPLE_RATE, AudioChunk, AudioSource
+from burble.streaming.sources import AudioChunk, AudioSource
 from burble.streaming.stages import Endpoint, Item, Recognizer, RecognizerStage, SinkStage, Stage, VADStage
-from burble.streaming.vad import StreamingVAD, VADOptions
 
 logger = logging.getLogger(__name__)
 

@@ -34,12 +34,11 @@ from typing import Any, Iterator, Optional, Union
 
 import numpy as np
 
-from burble.streaming.resample import StreamingResampler
+from burble.audio import SAMPLE_RATE
+from burble.audio.resample import StreamingResampler
 from burble.streaming.ring_buffer import RingBuffer, to_float32
 
 logger = logging.getLogger(__name__)
-
-SAMPLE_RATE = 16000
 
 
 @dataclass(frozen=True)

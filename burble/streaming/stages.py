@@ -22,11 +22,12 @@ from typing import Callable, Optional, Protocol, Sequence, Union, runtime_checka
 
 import numpy as np
 
+from burble.audio import SAMPLE_RATE
+from burble.audio.vad import StreamingVAD, VADEvent
 from burble.streaming.events import StreamEvent
 from burble.streaming.ring_buffer import RingBuffer
 from burble.streaming.sinks import Sink
-from burble.streaming.sources import SAMPLE_RATE, AudioChunk
-from burble.streaming.vad import StreamingVAD, VADEvent
+from burble.streaming.sources import AudioChunk
 
 logger = logging.getLogger(__name__)
 

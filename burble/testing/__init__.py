@@ -1,6 +1,5 @@
 """Helpers for tests and benchmarks: real dev recordings and deterministic synthetic speech."""
 
-from burble.testing.audio import SAMPLE_RATE, read_audio, resample
 from burble.testing.dev_audio import (
     DevItem,
     dev_audio_items,
@@ -18,7 +17,7 @@ from burble.testing.synthetic import (
 )
 
 __all__ = [
-    "SAMPLE_RATE", "DevItem", "SyntheticClip", "dev_audio_items", "dev_item", "espeak_speech",
-    "piper_speech", "read_audio", "require_shared", "resample", "shared_dir", "speech_engines_available",
+    "DevItem", "SyntheticClip", "dev_audio_items", "dev_item", "espeak_speech",
+    "piper_speech", "require_shared", "shared_dir", "speech_engines_available",
     "synthetic_clips", "untranscribed_items",
 ]

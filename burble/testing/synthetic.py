@@ -25,11 +25,13 @@ from typing import Callable, List, NamedTuple
 
 import numpy as np
 
-from burble.testing.audio import SAMPLE_RATE, read_audio, resample
+from burble.audio import SAMPLE_RATE
+from burble.audio.io import load_audio
+from burble.audio.resample import resample
 from burble.testing.dev_audio import shared_dir
 
 # Bump when the synthesis or post-processing changes so stale cache entries are not reused.
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: resampled with soxr (burble.audio.resample), no longer torchaudio
 
 
 class SyntheticClip(NamedTuple):
@@ -112,7 +114,7 @@ def piper_speech(
 
     Args:
       text: English text (several sentences are spoken one after another).
-      sample_rate: output rate in Hz (the voice runs at 22.05 kHz; resampled with torchaudio).
+      sample_rate: output rate in Hz (the voice runs at 22.05 kHz; resampled with soxr).
       length_scale: > 1 speaks slower, < 1 faster.
       use_cache: read/write the on-disk cache.
 
@@ -179,7 +181,7 @@ def espeak_speech(
             )
             if proc.returncode != 0 or not wav.is_file():
                 raise RuntimeError(f"espeak-ng failed ({proc.returncode}): {proc.stderr.strip()}")
-            return read_audio(wav, sample_rate)
+            return load_audio(wav, sample_rate)
 
     return _cached("espeak", params, text, make, use_cache)
 

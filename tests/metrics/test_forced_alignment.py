@@ -13,7 +13,7 @@ from burble.metrics.alignment import (  # noqa: E402
     force_align,
 )
 from burble.metrics.pronounce import _letters  # noqa: E402
-from burble.testing.audio import resample  # noqa: E402
+from burble.audio.resample import resample  # noqa: E402
 from burble.testing.dev_audio import dev_audio_items, dev_item, require_shared  # noqa: E402
 
 

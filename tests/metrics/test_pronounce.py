@@ -1,6 +1,6 @@
 import pytest
 
-from burble.metrics.pronounce import PronunciationGuesser, _letters, number_words, spoken_number
+from burble.metrics.pronounce import PronunciationGuesser, _letters
 
 DICT = {
     "wood": "W UH D", "cutter": "K AH T ER", "bed": "B EH D", "stead": "S T EH D",
@@ -14,16 +14,6 @@ DICT = {
 @pytest.fixture
 def guesser():
     return PronunciationGuesser(DICT.get)
-
-
-def test_numbers():
-    assert number_words(105) == ["one", "hundred", "five"]
-    assert number_words(21) == ["twenty", "one"]
-    assert number_words(1_000_018) == ["one", "million", "eighteen"]
-    assert spoken_number(1818) == ["eighteen", "eighteen"]
-    assert spoken_number(1905) == ["nineteen", "oh", "five"]
-    assert spoken_number(1800) == ["eighteen", "hundred"]
-    assert spoken_number(2005) == ["two", "thousand", "five"]
 
 
 def test_dictionary_and_inflections(guesser):

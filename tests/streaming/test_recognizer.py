@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import burble
-from burble.asr.frontend import load_audio
+from burble.audio.io import load_audio
 from burble.metrics.wer import corpus_wer
 from burble.streaming.loop import PipelineOptions, asr_pipeline
 from burble.streaming.recognizer import StreamingOptions, WhisperStreamingRecognizer

@@ -8,7 +8,7 @@ import soundfile as sf
 import torch
 import torchaudio
 
-from burble.streaming.resample import resample
+from burble.audio.resample import resample
 from burble.streaming.sources import ArraySource, AudioChunk, FileSource, PushSource, downmix
 
 from streaming_helpers import dev_audio, dev_path

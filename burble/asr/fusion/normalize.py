@@ -10,8 +10,8 @@ Each step is an explicit option:
 * ``lowercase``: fold case.
 * ``numbers``: ``"words"`` spells digits out the way LJ Speech's transcripts do (years 1100-1999 and
   2010-2099 as "eighteen eighteen" / "eighteen oh three", other numbers as cardinals "one hundred
-  ninety-nine", ordinals "14th" -> "fourteenth"); ``"keep"`` leaves digit strings as words;
-  ``"drop"`` removes them.
+  ninety-nine", ordinals "14th" -> "fourteenth"; the words come from :mod:`burble.text.numbers`);
+  ``"keep"`` leaves digit strings as words; ``"drop"`` removes them.
 * ``hyphens_split``: "ninety-nine" -> "ninety nine" (Whisper and corpora disagree on hyphenation,
   so splitting on both sides is the robust choice).
 * ``keep_apostrophes``: keep word-internal apostrophes ("neild's", "don't"); leading and trailing
@@ -26,55 +26,9 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
-_ONES = (
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-    "sixteen seventeen eighteen nineteen"
-).split()
-_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
-_SCALES = ((10**12, "trillion"), (10**9, "billion"), (10**6, "million"), (1000, "thousand"), (100, "hundred"))
-_ORDINAL_IRREGULAR = {
-    "one": "first", "two": "second", "three": "third", "five": "fifth", "eight": "eighth",
-    "nine": "ninth", "twelve": "twelfth",
-}
+from burble.text.numbers import cardinal_words, ordinal_words, spoken_number
+
 _NUMBER = re.compile(r"(\d+)(st|nd|rd|th)?", re.IGNORECASE)
-
-
-def cardinal_words(n: int) -> list[str]:
-    """English cardinal words without "and", as LJ Speech writes them (199 -> one hundred ninety nine)."""
-    if n < 0:
-        raise ValueError("cardinal_words() takes a non-negative integer")
-    if n < 20:
-        return [_ONES[n]]
-    if n < 100:
-        tens, ones = divmod(n, 10)
-        return [_TENS[tens]] + ([_ONES[ones]] if ones else [])
-    for scale, name in _SCALES:
-        if n >= scale:
-            high, rest = divmod(n, scale)
-            return cardinal_words(high) + [name] + (cardinal_words(rest) if rest else [])
-    raise AssertionError("unreachable")
-
-
-def year_words(n: int) -> list[str]:
-    """A year read in pairs: 1818 -> eighteen eighteen, 1803 -> eighteen oh three, 1900 -> nineteen hundred."""
-    high, low = divmod(n, 100)
-    if low == 0:
-        return cardinal_words(high) + ["hundred"]
-    if low < 10:
-        return cardinal_words(high) + ["oh"] + cardinal_words(low)
-    return cardinal_words(high) + cardinal_words(low)
-
-
-def ordinal_words(n: int) -> list[str]:
-    words = cardinal_words(n)
-    last = words[-1]
-    if last in _ORDINAL_IRREGULAR:
-        words[-1] = _ORDINAL_IRREGULAR[last]
-    elif last.endswith("y"):
-        words[-1] = last[:-1] + "ieth"
-    else:
-        words[-1] = last + "th"
-    return words
 
 
 def number_words(digits: str, suffix: str = "") -> list[str]:
@@ -84,9 +38,7 @@ def number_words(digits: str, suffix: str = "") -> list[str]:
         return ordinal_words(n)
     if len(digits) > 1 and digits.startswith("0"):
         return [w for d in digits for w in cardinal_words(int(d))]  # "007": digit by digit
-    if len(digits) == 4 and (1100 <= n <= 1999 or 2010 <= n <= 2099):
-        return year_words(n)
-    return cardinal_words(n)
+    return spoken_number(n)
 
 
 @dataclass(frozen=True)

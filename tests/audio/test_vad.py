@@ -3,7 +3,7 @@ import sys
 import numpy as np
 import pytest
 
-from burble.streaming.vad import (
+from burble.audio.vad import (
     FRAME_SAMPLES,
     SileroVAD,
     StreamingVAD,
@@ -11,8 +11,6 @@ from burble.streaming.vad import (
     detect_speech,
     frame_level_db,
 )
-
-from streaming_helpers import dev_audio
 
 SR = 16000
 SHORT_CLIPS = ["ls_1089-134686-0001", "lj_LJ001-0002", "arctic_aew_a0002", "timit_LDC93S1", "cmu_goforward"]
@@ -33,8 +31,8 @@ def loud_frames(x: np.ndarray, offset: int = 0, db: float = -35.0) -> list[int]:
 
 
 @pytest.mark.parametrize("item", SHORT_CLIPS)
-def test_real_speech_is_detected_and_silence_around_it_is_not(silero, item):
-    x, sr = dev_audio(item)
+def test_real_speech_is_detected_and_silence_around_it_is_not(silero, dev_recording, item):
+    x, sr = dev_recording(item)
     assert sr == SR
     audio = pad(x, 2.0, 2.0)
     spans = detect_speech(audio, model=silero)
@@ -48,8 +46,8 @@ def test_real_speech_is_detected_and_silence_around_it_is_not(silero, item):
     assert spans[-1][1] <= 2 * SR + len(x) + opts.hangover_seconds * SR + FRAME_SAMPLES
 
 
-def test_long_recording_with_pauses_is_segmented(silero):
-    x, _ = dev_audio("long_kathleen_20prompts")
+def test_long_recording_with_pauses_is_segmented(silero, dev_recording):
+    x, _ = dev_recording("long_kathleen_20prompts")
     spans = detect_speech(x, model=silero)
     total = sum(b - a for a, b in spans)
     assert 0.6 * len(x) < total < len(x)

@@ -38,7 +38,8 @@ from typing import Literal, Optional, Protocol
 
 import numpy as np
 
-SAMPLE_RATE = 16000
+from burble.audio import SAMPLE_RATE
+
 FRAME_SAMPLES = 512  # silero-vad v5 at 16 kHz accepts exactly this
 
 EndpointReason = Literal["no_speech", "silence", "max_length", "gap", "end_of_stream"]

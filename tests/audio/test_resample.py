@@ -3,7 +3,7 @@ import pytest
 import torch
 import torchaudio
 
-from burble.streaming.resample import StreamingResampler, resample
+from burble.audio.resample import StreamingResampler, resample
 
 
 @pytest.mark.parametrize("rate", [48000, 44100, 22050, 8000])
@@ -60,3 +60,24 @@ def test_identity_and_validation():
         StreamingResampler(0)
     with pytest.raises(ValueError):
         StreamingResampler(48000).process(np.zeros((3, 2), np.float32))
+
+
+def test_reset_at_any_input_index_keeps_absolute_output_times(lj_speech):
+    """After a gap the stream restarts at an input index that is not on an output time (44.1 kHz:
+    one every 441/160 inputs); the outputs must still sit at their absolute times, i.e. equal a
+    one-shot conversion of the whole signal with silence in the gap."""
+    rate = 44100
+    x = resample(lj_speech, 16000, rate)
+    cut, resume = 2 * rate + 17, 3 * rate + 250  # resume % 441 != 0
+    r = StreamingResampler(rate)
+    before = np.concatenate([r.process(x[:cut]), r.flush()])
+    r.reset(resume)
+    start = r.next_output_index
+    after = np.concatenate([r.process(x[resume:]), r.flush()])
+    gapped = x.copy()
+    gapped[cut:resume] = 0.0
+    whole = resample(gapped, rate)
+    assert len(before) == r.output_index(cut) and start == r.output_index(resume)
+    np.testing.assert_allclose(before, whole[: len(before)], atol=1e-6)
+    np.testing.assert_allclose(after, whole[start : start + len(after)], atol=1e-6)
+    assert start + len(after) == len(whole)
