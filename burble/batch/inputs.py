@@ -13,6 +13,9 @@ Inputs may be mixed on one command line:
   audio paths are resolved against the manifest's folder.
 
 Bad manifests raise :class:`ManifestError` naming the file, the line and what is wrong.
+Collecting reads no audio (not even headers): on a folder of a million files the first transcript
+must not wait for a serial probe of each; lengths for progress are read on a background thread
+(:mod:`burble.batch.progress`) and errors are reported per item by the worker.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from burble.asr.options import TranscribeOptions
 from burble.batch.batched import BatchOptions
 from burble.batch.inputs import AudioItem
 from burble.batch.outputs import atomic_write_text, is_complete, output_paths
+from burble.cpu_threads import worker_threads  # noqa: F401  (burble.batch.job.worker_threads: the older import path)
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class JobConfig:
       formats: output formats (``txt``, ``srt``, ``vtt``, ``json``).
       model: checkpoint name or path (see :func:`burble.load_model`).
       device: torch device.
-      threads: torch CPU threads per worker (0: the engine decides).
+      threads: torch CPU threads per worker (0: automatic, see :func:`burble.cpu_threads.worker_threads`).
       options: decoding options.
       batch: batched-window decoding; ``None`` decodes each file long-form (one window at a time,
         each prompted with the previous text).
@@ -200,20 +201,6 @@ class RecordLog:
         if self._file is not None:
             self._file.close()
             self._file = None
-
-
-def worker_threads(workers: int, threads: int = 0, cores: Optional[int] = None) -> int:
-    """Torch threads per worker so that ``workers * threads <= cores``.
-
-    Args:
-      workers: worker processes.
-      threads: requested threads per worker (0: share the cores evenly).
-      cores: CPU cores available (default: this process's CPU affinity).
-    """
-    if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    fair = max(1, cores // max(1, workers))
-    return min(threads, fair) if threads > 0 else fair
 
 
 ERROR_FIELDS = ("id", "audio", "status", "duration", "seconds", "error_type", "error")

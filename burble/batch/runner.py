@@ -2,21 +2,23 @@
 
 :func:`run_job` is what ``burble transcribe`` calls and what Python users call directly::
 
-    from burble.batch import JobConfig, collect_inputs, run_job
+    from burble.batch import JobConfig, RunOptions, collect_inputs, run_job
     items = collect_inputs(["data/manifest.jsonl"])
-    summary = run_job(items, JobConfig(output_dir="out", formats=("json",)), resume=True)
+    summary = run_job(items, JobConfig(output_dir="out", formats=("json",)), RunOptions(resume=True))
+    print(summary.format())
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from burble.batch.inputs import AudioItem
-from burble.batch.job import ERROR_FIELDS, ItemRecord, JobConfig, JobSummary, RecordLog, audio_duration, plan, worker_threads
+from burble.batch.job import ERROR_FIELDS, ItemRecord, JobConfig, JobSummary, RecordLog, plan
 from burble.batch.outputs import remove_stale_temporaries
+from burble.batch.progress import JobProgress
+from burble.cpu_threads import worker_threads
 
 ENGINES = ("local", "ray")
 
@@ -29,7 +31,7 @@ class RunOptions:
       engine: ``local`` (this process or worker processes) or ``ray``.
       workers: model copies working in parallel (processes or Ray actors).
       resume: skip items whose outputs are complete.
-      progress: draw a progress bar on stderr.
+      progress: show progress on stderr (a bar on a terminal, else a plain line every few seconds).
       errors_file: JSONL of failed items (written as they fail).
       records_file: JSONL of every item's record (status, audio seconds, latency, text);
         appended to when resuming, so it keeps the history of the interrupted runs.
@@ -51,55 +53,6 @@ class RunOptions:
             raise ValueError(f"engine must be one of {ENGINES}, not {self.engine!r}")
         if self.workers < 1:
             raise ValueError("workers must be >= 1")
-
-
-class JobProgress:
-    """A tqdm bar over audio seconds with files done/failed, ETA and audio hours per hour."""
-
-    def __init__(self, items: Sequence[AudioItem], enabled: bool) -> None:
-        from tqdm import tqdm
-
-        self.durations = {item.id: audio_duration(item) for item in items} if enabled else {}
-        self.ticked: dict[str, float] = {}
-        self.done = self.failed = 0
-        self.total_files = len(items)
-        self.started = time.perf_counter()
-        self.audio_done = 0.0
-        interactive = enabled and sys.stderr.isatty()
-        self.bar = tqdm(
-            total=round(sum(self.durations.values()), 1), unit="s", disable=not enabled, file=sys.stderr,
-            dynamic_ncols=True, smoothing=0.1, mininterval=0.5 if interactive else 15.0,
-            bar_format="{percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s audio [{elapsed}<{remaining}]{postfix}",
-        )
-        self._postfix()
-
-    def _advance(self, seconds: float) -> None:
-        room = self.bar.total - self.bar.n
-        if room > 0 and seconds > 0:
-            self.bar.update(min(seconds, room))
-
-    def tick(self, item_id: str, seconds: float) -> None:
-        self.ticked[item_id] = self.ticked.get(item_id, 0.0) + seconds
-        self._advance(seconds)
-
-    def record(self, record: ItemRecord) -> None:
-        self._advance(self.durations.get(record.id, 0.0) - self.ticked.pop(record.id, 0.0))
-        self.done += 1
-        self.failed += record.status == "failed"
-        if record.status == "ok":
-            self.audio_done += record.duration
-        self._postfix()
-
-    def _postfix(self) -> None:
-        wall = time.perf_counter() - self.started
-        speed = self.audio_done / wall if wall > 0 else 0.0
-        self.bar.set_postfix_str(f"files {self.done}/{self.total_files} ({self.failed} failed), {speed:.2f} audio h/h", refresh=False)
-
-    def write(self, line: str) -> None:
-        self.bar.write(line, file=sys.stderr)
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 def run_job(
@@ -140,7 +93,10 @@ def run_job(
             records.add(record)
             if on_record is not None:
                 on_record(record)
-        threads = worker_threads(run.workers, config.threads)
+        # The cores are shared among the workers that compute at once: the local engine starts no
+        # more workers than there are items (one item runs here, with all the cores).
+        parallel = run.workers if run.engine == "ray" else max(1, min(run.workers, len(todo)))
+        threads = worker_threads(parallel, config.threads)
         if run.engine == "ray":
             from burble.batch.ray_engine import run_ray
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from burble.commands.common import add_device_argument, add_threads_argument
+
 
 def add_streaming_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by ``burble stream`` and ``burble listen``."""
@@ -16,7 +18,9 @@ def add_streaming_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-vad", action="store_true", help="send all audio to the recognizer (no VAD gate)")
     parser.add_argument("--language", default=None, help="language code for multilingual models")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch default)")
+    add_device_argument(parser)
+    add_threads_argument(parser, "the one recognizer, so 0 is all cores")
+    parser.add_argument("--quiet", action="store_true", help="print only the captions: no statistics on stderr")
     parser.add_argument("--json", action="store_true", help="one JSON object per event and line")
     parser.add_argument("--srt", default=None, metavar="FILE", help="also write committed words as SRT")
     parser.add_argument("--beam-size", type=int, default=1, help="1: greedy re-decodes; more: beam search (slower)")
@@ -63,10 +67,11 @@ def build_sinks(args: argparse.Namespace, *, live_terminal: bool) -> list:
 
 def build_pipeline(args: argparse.Namespace, source, sinks):
     import burble
+    from burble.cpu_threads import worker_threads
     from burble.streaming.loop import PipelineOptions, asr_pipeline
     from burble.streaming.recognizer import WhisperStreamingRecognizer
 
-    asr = burble.load_model(args.model, threads=args.threads or None)
+    asr = burble.load_model(args.model, device=args.device, threads=worker_threads(1, args.threads))
     recognizer = WhisperStreamingRecognizer(asr, streaming_options_from_args(args))
     pipeline = asr_pipeline(
         source, recognizer, sinks, vad=None if args.no_vad else _vad_options(), options=PipelineOptions(chunk_seconds=args.chunk)
@@ -75,7 +80,7 @@ def build_pipeline(args: argparse.Namespace, source, sinks):
 
 
 def _vad_options():
-    from burble.streaming.vad import VADOptions
+    from burble.audio.vad import VADOptions
 
     return VADOptions()
 
@@ -91,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     pipeline, recognizer = build_pipeline(args, FileSource(args.file, realtime=not args.fast), build_sinks(args, live_terminal=False))
     metrics = run_until_interrupted(pipeline)
+    if args.quiet:
+        return 0
     stats = recognizer.stats.decoding
     print(
         f"# audio {metrics.audio_seconds:.1f}s, RTF {metrics.rtf:.2f}, decodes {recognizer.stats.decodes}, "

@@ -14,6 +14,7 @@ import argparse
 import sys
 
 from burble.batch.outputs import FORMATS
+from burble.commands.common import add_device_argument, add_threads_argument
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -38,13 +39,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--without-timestamps", action="store_true", help="decode text only: one segment per window")
     parser.add_argument("--no-condition-on-previous-text", action="store_true", help="do not prompt windows with earlier text")
     parser.add_argument("--initial-prompt", default=None, help="text to prompt the first window (every window when batched) with")
-    parser.add_argument("--speculative", choices=("off", "ngram", "self", "auto"), default="off", help="lossless speculative decoding drafter (greedy only)")
+    parser.add_argument("--speculative", choices=("off", "ngram", "self", "auto"), default="off", help="lossless speculative decoding drafter (greedy only); auto = what measured fastest: plain decoding offline (no drafter beats it yet), the previous hypothesis when streaming re-decodes")
     parser.add_argument("--draft-length", type=int, default=4, help="tokens per speculative draft")
     parser.add_argument("--output-format", "-f", default="txt", help=f"{', '.join(FORMATS)}, all, or a comma list (json,txt)")
     parser.add_argument("--output-dir", "-o", default=".", help="where outputs are written")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads per worker (0 = cores / workers)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar, no transcripts on stdout, no summary")
+    add_threads_argument(parser, "each --workers process or Ray actor, so 0 is cores // --workers")
+    add_device_argument(parser)
+    parser.add_argument("--quiet", action="store_true", help="print only the transcripts (stdout) and errors: no progress, output paths or summary")
 
     job = parser.add_argument_group("batch jobs")
     job.add_argument("--batch-size", type=int, default=None,
@@ -129,9 +130,10 @@ def run(args: argparse.Namespace) -> int:
         if record.status == "failed":
             message = record.error if record.audio in (record.error or "") else f"{record.audio}: {record.error}"
             tqdm.write(f"burble transcribe: error: {message}", file=sys.stderr)
-        elif record.status == "ok" and not args.quiet:
+        elif record.status == "ok":
             tqdm.write(record.text or "", file=sys.stdout)
-            tqdm.write(f"  -> {', '.join(record.outputs)}", file=sys.stderr)
+            if not args.quiet:
+                tqdm.write(f"  -> {', '.join(record.outputs)}", file=sys.stderr)
 
     try:
         summary = run_job(items, config, run_options, on_record=report)
