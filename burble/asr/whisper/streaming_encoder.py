@@ -1,0 +1,474 @@
+"""Whisper's audio encoder run block-causally over a stream, with per-layer K/V caches.
+
+Whisper's encoder attends over a whole 30 s window, so the re-encoding streaming path pays for
+1500 frames on every chunk. Here the encoder runs *block-causally*: the stream is cut into chunks
+of ``C`` encoder frames (20 ms each); a chunk attends to every earlier (cached) frame, to itself
+and to ``R`` frames of lookahead. Once computed, a chunk's per-layer keys and values are cached
+and never recomputed; the lookahead frames are computed with the chunk (they attend to the cache,
+the chunk and each other) but are not cached: the next step recomputes them as part of its own
+chunk. The cost of a step therefore grows with the new audio, not with the window.
+
+Frame bookkeeping. Encoder frame ``t`` is ``conv2`` (kernel 3, stride 2) over ``conv1`` outputs
+``2t-1 .. 2t+1``, i.e. over mel frames ``2t-2 .. 2t+2``. A frame is *conv-ready* once mel frame
+``2t+2`` has arrived, and each step recomputes the convolutions of its frames from the retained mel
+(2 frames of left context, 1 of right context per ``conv1`` output), so streaming states equal the
+full-sequence convolution exactly, including Whisper's zero padding at the start of the stream.
+
+The decoder still needs Whisper's 30 s layout (content, then the encoder states of zero-mel
+padding; without them it hallucinates). :meth:`StreamingEncoder.padding_tail` encodes the frames
+after the cached content: the received frames that are not final yet, then "virtual" zero-mel
+frames; they attend to the cache and to each other and nothing of them is cached.
+
+Positions. Whisper's positional embeddings are absolute and stop at 1500 frames, so a stream's
+positions count frames since its last trim. The rule (see :meth:`StreamingEncoder.trim`):
+
+* a caller (the recognizer) trims at points of its choosing: segment ends, VAD endpoints;
+* as a backstop, a step that would push ``received frames + tail_frames`` past ``max_frames``
+  first trims automatically, keeping the last ``trim_keep_frames`` final frames (cut on the chunk
+  grid, so no final frame becomes pending again);
+* a trim drops the frames before the cut and re-encodes what stays from the retained mel, as a
+  fresh stream starting there (positions from 0, Whisper's left padding, the chunk grid anchored
+  at the cut). The state after ``trim(state, k)`` is therefore the state a new stream fed with the
+  mel from frame ``k`` on would have.
+
+The exact reference for tests is :func:`encode_block_causal`: one pass over the whole sequence with
+the block-causal mask, the lookahead frames as Emformer-style right-context copies per chunk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal, Optional, Union
+
+import torch
+import torch.nn.functional as F
+
+from burble.asr.frontend import TIME_PER_AUDIO_TOKEN
+from burble.asr.whisper.model import AudioEncoder, ResidualAttentionBlock, Whisper
+from burble.decoding.kv_cache import KVCache
+from burble.kernels.attention import attention
+
+TailLength = Union[int, Literal["full"]]
+
+
+@dataclass(frozen=True)
+class StreamingEncoderOptions:
+    """How a stream is cut and padded (all lengths in encoder frames of 20 ms).
+
+    Args:
+      chunk_frames: ``C``, frames finalised per chunk (50 = 1 s).
+      lookahead_frames: ``R``, future frames each chunk sees (0, 12 = 0.24 s, 24 = 0.48 s...).
+      tail_frames: zero-mel padding frames the decoder's features end with (256 = 5.12 s was
+        enough on the dev clips; fewer loop on some). Also reserved in the position budget.
+      max_frames: the position budget; ``None`` is the model's ``n_audio_ctx`` (1500).
+      trim_keep_frames: final frames an automatic trim keeps (the backstop rule above).
+    """
+
+    chunk_frames: int = 50
+    lookahead_frames: int = 0
+    tail_frames: int = 256
+    max_frames: Optional[int] = None
+    trim_keep_frames: int = 500
+
+    @classmethod
+    def from_seconds(cls, chunk: float = 1.0, lookahead: float = 0.0, tail: float = 5.12, **kwargs: int) -> "StreamingEncoderOptions":
+        """Options from durations in seconds, rounded to whole 20 ms frames."""
+        frames = lambda seconds: int(round(seconds / TIME_PER_AUDIO_TOKEN))  # noqa: E731
+        return cls(chunk_frames=frames(chunk), lookahead_frames=frames(lookahead), tail_frames=frames(tail), **kwargs)
+
+
+@dataclass
+class EncoderState:
+    """One stream's (or several lockstep streams') encoder state; made by :meth:`StreamingEncoder.new_state`.
+
+    Attributes:
+      mel: ``(B, n_mels, capacity)`` buffer of the mel since the last trim; ``[:, :, :n_mel]`` is valid.
+        It is kept whole because a trim re-encodes from it, and steps read their conv context from it.
+      n_mel: mel frames received since the last trim.
+      cache: per-layer self-attention K/V of the final frames (``cache.length`` of them); slots past
+        the length hold lookahead or tail frames of the last call and are overwritten.
+      content: ``(B, max_frames, D)`` buffer of the final frames' encoder output (after ``ln_post``).
+      offset: absolute encoder frame (since the stream began) of position 0.
+      peak_position: the highest position ever encoded (tails included), for checks and metrics.
+    """
+
+    mel: torch.Tensor
+    n_mel: int
+    cache: KVCache
+    content: torch.Tensor
+    offset: int = 0
+    peak_position: int = -1
+
+    @property
+    def n_final(self) -> int:
+        """Final (cached) frames since the last trim."""
+        return self.cache.length
+
+    @property
+    def n_received(self) -> int:
+        """Encoder frames the received mel covers (final, lookahead and not yet conv-ready)."""
+        return (self.n_mel + 1) // 2
+
+    @property
+    def batch_size(self) -> int:
+        return self.mel.shape[0]
+
+    def final_states(self) -> torch.Tensor:
+        """``(B, n_final, D)`` encoder output of the cached content."""
+        return self.content[:, : self.n_final]
+
+
+@dataclass(frozen=True)
+class EncoderOutput:
+    """Encoder states of a span of positions ``[start, start + states.shape[1])``.
+
+    Attributes:
+      states: ``(B, T, D)`` encoder output (after ``ln_post``).
+      start: position of the first state (since the last trim).
+      layers: with ``return_layers``, each block's output ``(B, T, D)`` (before ``ln_post``).
+      trimmed: frames an automatic trim dropped during this call (positions shifted by that much).
+    """
+
+    states: torch.Tensor
+    start: int
+    layers: Optional[list[torch.Tensor]] = None
+    trimmed: int = 0
+
+
+def conv_ready_frames(n_mel: int) -> int:
+    """Encoder frames whose receptive field (mel ``2t-2 .. 2t+2``) lies within ``n_mel`` frames."""
+    return max(0, (n_mel - 1) // 2)
+
+
+def _encoder_of(model: Union[Whisper, AudioEncoder]) -> AudioEncoder:
+    return model.encoder if isinstance(model, Whisper) else model
+
+
+def _block(
+    block: ResidualAttentionBlock,
+    x: torch.Tensor,
+    keys_values: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    mask: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """One encoder block, as ``ResidualAttentionBlock.forward_encoder``, with the attended K/V
+    supplied by ``keys_values(k, v)`` (the cache in streaming, identity in the masked reference)."""
+    attn = block.attn
+    h = block.attn_ln(x)
+    q, k, v = (attn.split_heads(p(h)) for p in (attn.query, attn.key, attn.value))
+    k, v = keys_values(k, v)
+    x = x + attn.out(attn.merge_heads(attention(q, k, v, mask=mask)))
+    return x + block.mlp(block.mlp_ln(x))
+
+
+def _conv_frames(encoder: AudioEncoder, mel: torch.Tensor, n_mel: int, start: int, end: int) -> torch.Tensor:
+    """``gelu(conv2(gelu(conv1(mel))))`` for encoder frames ``[start, end)`` as ``(B, T, D)``.
+
+    Mel frames outside ``[0, n_mel)`` count as zeros (Whisper's padding of the 30 s window, and
+    conv1's own zero padding); conv2's left padding is a zero *conv1 output*, not conv1 of zero mel,
+    so that position is zeroed after conv1.
+    """
+    low, high = 2 * start - 2, 2 * end + 1  # mel frames 2t-2 .. 2t+2 of every frame t in range
+    piece = mel[:, :, max(low, 0) : min(high, n_mel)]
+    piece = F.pad(piece, (max(0, -low), max(0, high - n_mel)))
+    hidden = F.gelu(F.conv1d(piece, encoder.conv1.weight, encoder.conv1.bias))  # conv1 outputs 2start-1 .. 2end-1
+    if start == 0:
+        hidden[:, :, 0] = 0
+    out = F.gelu(F.conv1d(hidden, encoder.conv2.weight, encoder.conv2.bias, stride=2))
+    return out.transpose(1, 2)
+
+
+class StreamingEncoder:
+    """Block-causal streaming over a loaded Whisper encoder's own modules (weights are shared).
+
+    Args:
+      model: a ``Whisper`` model or its ``AudioEncoder``.
+      options: chunking, lookahead, tail and position budget.
+
+    Usage::
+
+        encoder = StreamingEncoder(asr.model, StreamingEncoderOptions.from_seconds(1.0, 0.48))
+        state = encoder.new_state()
+        for mel_piece in mel_pieces:            # (n_mels, n) log-mel frames, any n
+            new = encoder.step(state, mel_piece) # states of the frames that became final
+            features = encoder.audio_features(state)  # content + tail, for the decoder
+    """
+
+    def __init__(self, model: Union[Whisper, AudioEncoder], options: Optional[StreamingEncoderOptions] = None) -> None:
+        self.encoder = _encoder_of(model)
+        self.options = options or StreamingEncoderOptions()
+        o = self.options
+        n_ctx = self.encoder.positional_embedding.shape[0]
+        self.max_frames = o.max_frames or n_ctx
+        if self.max_frames > n_ctx:
+            raise ValueError(f"max_frames {self.max_frames} exceeds the encoder's {n_ctx} positions")
+        if o.chunk_frames < 1 or o.lookahead_frames < 0 or o.tail_frames < 0:
+            raise ValueError("chunk_frames must be >= 1, lookahead_frames and tail_frames >= 0")
+        # Frames a stream may receive before it must trim: the tail's positions are reserved.
+        self.capacity = self.max_frames - o.tail_frames
+        # An automatic trim must free at least one chunk (see the module docstring's rule): at
+        # overflow at least capacity - 2C - R frames are final.
+        if o.trim_keep_frames < 0 or o.trim_keep_frames > self.capacity - 3 * o.chunk_frames - o.lookahead_frames:
+            raise ValueError(
+                f"trim_keep_frames={o.trim_keep_frames} leaves no room to trim within {self.capacity} frames "
+                f"(chunk {o.chunk_frames}, lookahead {o.lookahead_frames})"
+            )
+        weight = self.encoder.conv1.weight
+        self.dtype, self.device = weight.dtype, weight.device
+        self.n_mels = weight.shape[1]
+        block = self.encoder.blocks[0]
+        self.n_state = self.encoder.positional_embedding.shape[1]
+        self.n_head = block.attn.n_head
+
+    def new_state(self, batch_size: int = 1) -> EncoderState:
+        """A fresh stream (``batch_size`` streams fed in lockstep share one state)."""
+        cache = KVCache.allocate(
+            num_layers=len(self.encoder.blocks),
+            batch_size=batch_size,
+            num_heads=self.n_head,
+            head_dim=self.n_state // self.n_head,
+            max_length=self.max_frames,
+            dtype=self.dtype,
+            device=self.device,
+        )
+        mel = torch.zeros(batch_size, self.n_mels, 2 * self.capacity, dtype=self.dtype, device=self.device)
+        content = torch.zeros(batch_size, self.max_frames, self.n_state, dtype=self.dtype, device=self.device)
+        return EncoderState(mel=mel, n_mel=0, cache=cache, content=content)
+
+    # -- streaming -------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def step(self, state: EncoderState, new_mel: torch.Tensor, *, return_layers: bool = False) -> EncoderOutput:
+        """Append log-mel frames and encode every chunk that became final.
+
+        Args:
+          state: the stream's state (updated in place).
+          new_mel: ``(n_mels, n)`` or ``(B, n_mels, n)`` frames, any ``n`` (including 0).
+          return_layers: also return each block's output for the new final frames.
+
+        Returns:
+          The states of the frames that became final, from position ``start``. If an automatic
+          trim ran, ``trimmed`` says how many frames it dropped and positions refer to after it.
+        """
+        mel = self._as_batch(new_mel, state.batch_size)
+        trimmed, first = 0, state.n_final
+        pieces: list[EncoderOutput] = []
+        taken = 0
+        while taken < mel.shape[-1]:
+            room = 2 * self.capacity - state.n_mel
+            if room == 0:
+                keep_from = self._auto_trim_point(state)
+                self.trim(state, keep_from)
+                trimmed += keep_from
+                first, pieces = state.n_final, []  # earlier pieces are re-encoded at new positions
+                continue
+            count = min(room, mel.shape[-1] - taken)
+            state.mel[:, :, state.n_mel : state.n_mel + count] = mel[:, :, taken : taken + count]
+            state.n_mel += count
+            taken += count
+            pieces.extend(self._encode_ready(state, return_layers))
+        return self._joined(pieces, first, trimmed, state, return_layers)
+
+    @torch.inference_mode()
+    def padding_tail(self, state: EncoderState, n_frames: Optional[TailLength] = None, *, return_layers: bool = False) -> EncoderOutput:
+        """States of everything after the cached content: pending received frames, then zero-mel frames.
+
+        The frames attend to the cache and to each other; nothing of them is cached.
+
+        Args:
+          state: the stream's state (its cache slots past ``n_final`` are used as scratch).
+          n_frames: zero-mel padding frames after the received ones; ``None`` is
+            ``options.tail_frames``, ``"full"`` pads to ``max_frames`` (Whisper's whole 30 s layout).
+          return_layers: also return each block's output.
+
+        Raises:
+          ValueError: the tail would exceed the position budget.
+        """
+        received = state.n_received
+        pad = self.options.tail_frames if n_frames is None else (self.max_frames - received if n_frames == "full" else n_frames)
+        if pad < 0 or received + pad > self.max_frames:
+            raise ValueError(f"{received} received + {pad} tail frames exceed {self.max_frames} positions")
+        return self._encode_span(state, state.n_final, received + pad, cache_frames=0, return_layers=return_layers)
+
+    def audio_features(self, state: EncoderState, tail_frames: Optional[TailLength] = None) -> torch.Tensor:
+        """The decoder's audio features: cached content followed by :meth:`padding_tail`, ``(B, T, D)``."""
+        tail = self.padding_tail(state, tail_frames).states
+        return torch.cat([state.final_states(), tail], dim=1)
+
+    @torch.inference_mode()
+    def trim(self, state: EncoderState, keep_from_frame: int) -> None:
+        """Drop the frames before ``keep_from_frame`` and re-encode what stays from the kept mel.
+
+        Afterwards the state equals that of a fresh stream fed with the mel from encoder frame
+        ``keep_from_frame`` on (mel frame ``2 * keep_from_frame``): positions restart at 0 and the
+        chunk grid is anchored at the cut. Cutting on the chunk grid (a multiple of
+        ``chunk_frames``) keeps every final frame final; elsewhere up to ``chunk_frames - 1`` of
+        them become pending again. ``state.offset`` advances by ``keep_from_frame``.
+
+        Args:
+          state: the stream's state (updated in place).
+          keep_from_frame: position (since the last trim) of the first frame to keep.
+        """
+        if not 0 <= keep_from_frame <= state.n_received:
+            raise ValueError(f"trim point {keep_from_frame} outside the {state.n_received} received frames")
+        cut = min(2 * keep_from_frame, state.n_mel)
+        kept = state.n_mel - cut
+        state.mel[:, :, :kept] = state.mel[:, :, cut : state.n_mel].clone()
+        state.n_mel = kept
+        state.cache.truncate(0)
+        state.offset += keep_from_frame
+        self._encode_ready(state, return_layers=False)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _as_batch(self, mel: torch.Tensor, batch_size: int) -> torch.Tensor:
+        if mel.dim() == 2:
+            mel = mel.unsqueeze(0)
+        if mel.dim() != 3 or mel.shape[0] != batch_size or mel.shape[1] != self.n_mels:
+            raise ValueError(f"expected mel ({batch_size}, {self.n_mels}, n), got {tuple(mel.shape)}")
+        return mel.to(device=self.device, dtype=self.dtype)
+
+    def _auto_trim_point(self, state: EncoderState) -> int:
+        chunk = self.options.chunk_frames
+        keep_from = (state.n_final - self.options.trim_keep_frames) // chunk * chunk
+        assert keep_from > 0, "options validation guarantees room to trim"
+        return keep_from
+
+    def _encode_ready(self, state: EncoderState, return_layers: bool) -> list[EncoderOutput]:
+        """Encode every chunk whose frames and lookahead are conv-ready, one chunk per pass.
+
+        Chunks go one at a time (a chunk-level loop, never a frame-level one): each pass is the
+        same-shaped tensor program, which is what lets states of several streams stack later.
+        """
+        chunk, lookahead = self.options.chunk_frames, self.options.lookahead_frames
+        ready = conv_ready_frames(state.n_mel)
+        outputs: list[EncoderOutput] = []
+        while state.n_final + chunk + lookahead <= ready:
+            start = state.n_final
+            outputs.append(self._encode_span(state, start, start + chunk + lookahead, chunk, return_layers))
+        return outputs
+
+    def _encode_span(self, state: EncoderState, start: int, end: int, cache_frames: int, return_layers: bool) -> EncoderOutput:
+        """Run positions ``[start, end)`` against the cache; keep the first ``cache_frames`` as final.
+
+        ``start`` must be ``state.n_final``. All frames of the span attend to the cache and to the
+        whole span (the chunk and its lookahead, or the tail), so no mask is needed.
+        """
+        encoder = self.encoder
+        state.peak_position = max(state.peak_position, end - 1)
+        x = _conv_frames(encoder, state.mel, state.n_mel, start, end)
+        x = x + encoder.positional_embedding[start:end].to(x.dtype)
+        layers: list[torch.Tensor] = []
+        cache = state.cache
+        for index, block in enumerate(encoder.blocks):
+            # Lookahead/tail K/V land past cache.length: scratch slots the next write overwrites.
+            x = _block(block, x, lambda k, v, i=index: cache.write(i, start, k, v))
+            if return_layers:
+                layers.append(x[:, :cache_frames] if cache_frames else x)
+        out = encoder.ln_post(x)
+        if cache_frames:
+            out = out[:, :cache_frames]
+            state.content[:, start : start + cache_frames] = out
+            cache.length = start + cache_frames
+        return EncoderOutput(states=out, start=start, layers=layers if return_layers else None)
+
+    def _joined(self, pieces: list[EncoderOutput], first: int, trimmed: int, state: EncoderState, return_layers: bool) -> EncoderOutput:
+        if not pieces:
+            empty = state.content[:, first:first]
+            return EncoderOutput(states=empty, start=first, layers=[empty] * len(self.encoder.blocks) if return_layers else None, trimmed=trimmed)
+        states = torch.cat([p.states for p in pieces], dim=1)
+        layers = None
+        if return_layers:
+            layers = [torch.cat([p.layers[i] for p in pieces], dim=1) for i in range(len(self.encoder.blocks))]  # type: ignore[index]
+        return EncoderOutput(states=states, start=first, layers=layers, trimmed=trimmed)
+
+
+# -- the exact reference -------------------------------------------------------------------------
+
+
+def block_causal_mask(n_frames: int, chunk: int, lookahead: int, tail_from: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The block-causal attention pattern over a sequence augmented with right-context copies.
+
+    The lookahead frames a chunk sees are computed *within* that chunk's step (they attend to the
+    earlier frames, the chunk and each other), and differ from the same frames' final states, so a
+    one-pass form carries them as a separate copy per chunk (Emformer's right-context block).
+
+    Args:
+      n_frames: frames ``T`` of the sequence.
+      chunk: ``C``; chunk ``k`` holds frames ``[kC, (k+1)C)``.
+      lookahead: ``R``; chunk ``k``'s copies are frames ``[(k+1)C, (k+1)C + R)`` (clipped to ``T``).
+      tail_from: frames from here on form one last block that sees every frame (the padding tail);
+        it must be a multiple of ``chunk``.
+
+    Returns:
+      ``(source, mask)``: ``source[a]`` is the frame index of augmented position ``a`` (the first
+      ``T`` are the frames themselves, then the copies), and ``mask[a, b]`` is True where ``a`` may
+      attend to ``b``.
+    """
+    tail_from = n_frames if tail_from is None else tail_from
+    if tail_from % chunk and tail_from != n_frames:
+        raise ValueError("tail_from must lie on the chunk grid")
+    frames = torch.arange(n_frames)
+    n_chunks = -(-tail_from // chunk)
+    # Right-context copies: chunk k's lookahead frames, for chunks before the tail.
+    offsets = torch.arange(lookahead)
+    copy_frames = (torch.arange(n_chunks)[:, None] + 1) * chunk + offsets[None, :]
+    copy_owner = torch.arange(n_chunks)[:, None].expand_as(copy_frames)
+    valid = copy_frames < n_frames
+    copy_frames, copy_owner = copy_frames[valid], copy_owner[valid]
+    source = torch.cat([frames, copy_frames])
+    # Owner block of each augmented position; the tail is block n_chunks.
+    owner = torch.cat([torch.where(frames < tail_from, frames // chunk, torch.full_like(frames, n_chunks)), copy_owner])
+    is_copy = torch.cat([torch.zeros(n_frames, dtype=torch.bool), torch.ones(len(copy_frames), dtype=torch.bool)])
+    # A query of block k sees the real frames before (k+1)C (every frame for the tail) ...
+    limit = torch.where(owner < n_chunks, (owner + 1) * chunk, torch.full_like(owner, n_frames))
+    sees_frames = (~is_copy)[None, :] & (source[None, :] < limit[:, None])
+    # ... and the copies of its own chunk (the tail has none).
+    sees_copies = is_copy[None, :] & (owner[None, :] == owner[:, None])
+    return source, sees_frames | sees_copies
+
+
+@torch.inference_mode()
+def encode_block_causal(
+    model: Union[Whisper, AudioEncoder],
+    mel: torch.Tensor,
+    chunk: int,
+    lookahead: int = 0,
+    *,
+    tail_from: Optional[int] = None,
+    return_layers: bool = False,
+) -> Union[torch.Tensor, tuple[torch.Tensor, list[torch.Tensor]]]:
+    """The masked full-sequence encoder: the streaming encoder's exact reference, in one pass.
+
+    Uses the model's own convolutions over the whole mel (Whisper's padding at both ends), then the
+    blocks over the sequence plus right-context copies under :func:`block_causal_mask`. With
+    ``chunk >= T`` and no lookahead it is Whisper's encoder.
+
+    Args:
+      model: a ``Whisper`` model or its ``AudioEncoder``.
+      mel: ``(n_mels, M)`` or ``(B, n_mels, M)`` log-mel frames.
+      chunk: ``C`` frames per chunk.
+      lookahead: ``R`` lookahead frames per chunk.
+      tail_from: frames from here on form the padding tail block (see :meth:`StreamingEncoder.padding_tail`).
+      return_layers: also return each block's output.
+
+    Returns:
+      ``(B, ceil(M / 2), D)`` encoder states, and with ``return_layers`` each block's output too.
+    """
+    encoder = _encoder_of(model)
+    weight = encoder.conv1.weight
+    if mel.dim() == 2:
+        mel = mel.unsqueeze(0)
+    mel = mel.to(device=weight.device, dtype=weight.dtype)
+    x = F.gelu(encoder.conv2(F.gelu(encoder.conv1(mel)))).transpose(1, 2)
+    n_frames = x.shape[1]
+    if n_frames > encoder.positional_embedding.shape[0]:
+        raise ValueError(f"audio too long for the encoder: {n_frames} frames")
+    source, mask = block_causal_mask(n_frames, chunk, lookahead, tail_from)
+    source, mask = source.to(x.device), mask.to(x.device)
+    x = x[:, source] + encoder.positional_embedding[source].to(x.dtype)
+    layers: list[torch.Tensor] = []
+    for block in encoder.blocks:
+        x = _block(block, x, lambda k, v: (k, v), mask=mask)
+        layers.append(x[:, :n_frames])
+    out = encoder.ln_post(x[:, :n_frames])
+    return (out, layers) if return_layers else out

@@ -1,0 +1,220 @@
+"""The streaming encoder equals the masked full-sequence encoder (fp32, every layer, tiny.en).
+
+The reference (``encode_block_causal``) is one pass with the model's own convolutions over the whole
+mel and an explicit block-causal mask; the streaming side feeds mel in irregular pieces, so chunk
+boundaries, conv context, lookahead recomputation, the padding tail and trims are all exercised.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import burble
+from burble.asr.frontend import log_mel_spectrogram
+from burble.asr.whisper.streaming_encoder import (
+    EncoderOutput,
+    StreamingEncoder,
+    StreamingEncoderOptions,
+    conv_ready_frames,
+    encode_block_causal,
+)
+from burble.testing.dev_audio import dev_audio_items, require_shared
+
+# fp32 rounding only: slice-wise convolutions and unmasked vs masked SDPA sum in other orders
+# (measured max |diff| ~1e-5 on activations of magnitude ~10). A bookkeeping error (a wrong
+# position, a missing context frame, a cached lookahead frame) moves states by O(0.1-1).
+ATOL = 1e-3  # on final states (|x| ~10)
+REL = 1e-4  # of a layer's largest activation (at least 10)
+
+
+@pytest.fixture(scope="module")
+def model():
+    # One thread: these tests compare numbers, not speed, and on a shared machine OpenMP's
+    # spinning threads cost ~4x the CPU time (measured: 81 s vs 17 s for this file).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    yield burble.load_model("tiny.en").model.eval()
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def real_mel() -> torch.Tensor:
+    require_shared()
+    item = min((i for i in dev_audio_items("short")), key=lambda i: abs(i.duration_s - 10.0))
+    return log_mel_spectrogram(item.load())
+
+
+def _pieces(total: int, seed: int, largest: int = 90) -> list[tuple[int, int]]:
+    """Irregular ``[start, end)`` spans covering ``total`` mel frames (odd sizes, 1-frame pieces)."""
+    generator = torch.Generator().manual_seed(seed)
+    spans, start = [], 0
+    while start < total:
+        size = int(torch.randint(1, largest, (1,), generator=generator))
+        spans.append((start, min(total, start + size)))
+        start += size
+    return spans
+
+
+def _stream(encoder: StreamingEncoder, mel: torch.Tensor, seed: int = 1) -> tuple[object, EncoderOutput]:
+    state = encoder.new_state(batch_size=1 if mel.dim() == 2 else mel.shape[0])
+    outputs = [encoder.step(state, mel[..., a:b], return_layers=True) for a, b in _pieces(mel.shape[-1], seed)]
+    for previous, current in zip(outputs, outputs[1:]):
+        assert current.start == previous.start + previous.states.shape[1]  # no gaps, no repeats
+    layers = [torch.cat([o.layers[i] for o in outputs], dim=1) for i in range(len(outputs[0].layers))]
+    joined = EncoderOutput(states=torch.cat([o.states for o in outputs], dim=1), start=0, layers=layers)
+    return state, joined
+
+
+def _assert_layers(streamed: EncoderOutput, reference: tuple[torch.Tensor, list[torch.Tensor]], begin: int, label: str) -> None:
+    """Every block's output and the final states match the reference over the streamed span.
+
+    The bound is relative to each layer's largest activation: Whisper's last block carries a few
+    outlier channels in the hundreds-thousands on padding frames, where fp32 spacing alone is ~1e-4.
+    """
+    ref_states, ref_layers = reference
+    n = streamed.states.shape[1]
+    pairs = [(s, r[:, begin : begin + n]) for s, r in zip(streamed.layers, ref_layers)]
+    pairs.append((streamed.states, ref_states[:, begin : begin + n]))
+    diffs = [float((s - r).abs().max()) for s, r in pairs]
+    scales = [max(10.0, float(r.abs().max())) for _, r in pairs]
+    print(f"{label}: {n} frames, max|diff| per layer {['%.1e' % d for d in diffs]} (scale {['%.0f' % s for s in scales]})")
+    assert all(d <= REL * s for d, s in zip(diffs, scales)), f"{label}: {diffs}"
+
+
+def test_one_chunk_reference_is_whisper(model):
+    mel = torch.randn(1, 80, 3000)
+    assert torch.equal(encode_block_causal(model, mel, chunk=1500), model.encoder(mel))
+
+
+@pytest.mark.parametrize("chunk,lookahead", [(50, 0), (50, 25), (25, 12), (16, 24)])
+def test_streaming_equals_masked_full_random(model, chunk, lookahead):
+    mel = torch.randn(80, 1203)
+    encoder = StreamingEncoder(model, StreamingEncoderOptions(chunk_frames=chunk, lookahead_frames=lookahead))
+    state, out = _stream(encoder, mel)
+    # Every chunk whose lookahead is conv-ready is final, and no other.
+    ready = conv_ready_frames(mel.shape[-1])
+    assert state.n_final == (ready - lookahead) // chunk * chunk
+    reference = encode_block_causal(model, mel, chunk, lookahead, return_layers=True)
+    _assert_layers(out, reference, 0, f"random C={chunk} R={lookahead}")
+    torch.testing.assert_close(state.final_states(), out.states, atol=0, rtol=0)
+
+
+def test_lookahead_changes_states(model):
+    """Guards the reference itself: lookahead must reach the states (and the mask must differ)."""
+    mel = torch.randn(80, 400)
+    plain = encode_block_causal(model, mel, 50, 0)
+    ahead = encode_block_causal(model, mel, 50, 25)
+    last_of_chunk = torch.arange(49, 200, 50)
+    assert float((plain[:, last_of_chunk] - ahead[:, last_of_chunk]).abs().max()) > 0.05
+
+
+@pytest.mark.parametrize("chunk,lookahead", [(50, 0), (50, 24), (25, 12)])
+def test_streaming_equals_masked_full_real_audio(model, real_mel, chunk, lookahead):
+    encoder = StreamingEncoder(model, StreamingEncoderOptions(chunk_frames=chunk, lookahead_frames=lookahead))
+    _, out = _stream(encoder, real_mel, seed=chunk + lookahead)
+    reference = encode_block_causal(model, real_mel, chunk, lookahead, return_layers=True)
+    _assert_layers(out, reference, 0, f"real C={chunk} R={lookahead}")
+
+
+@pytest.mark.parametrize("chunk,lookahead,tail", [(50, 0, 256), (50, 25, 64), (25, 12, "full")])
+def test_content_plus_tail_equals_masked_full(model, real_mel, chunk, lookahead, tail):
+    encoder = StreamingEncoder(model, StreamingEncoderOptions(chunk_frames=chunk, lookahead_frames=lookahead))
+    mel = real_mel[:, :777]  # odd: the last received frame's conv reads Whisper's zero mel
+    state, _ = _stream(encoder, mel)
+    features = encoder.audio_features(state, tail)
+    received = (mel.shape[-1] + 1) // 2
+    pad = 1500 - received if tail == "full" else tail
+    assert features.shape[1] == received + pad
+    # The reference: the mel followed by zero mel (Whisper's layout), the tail as one last block.
+    padded = F.pad(mel, (0, 2 * (received + pad) - mel.shape[-1]))
+    reference = encode_block_causal(model, padded, chunk, lookahead, tail_from=state.n_final, return_layers=True)
+    torch.testing.assert_close(features, reference[0], atol=ATOL, rtol=0)
+    _assert_layers(encoder.padding_tail(state, tail, return_layers=True), reference, state.n_final, f"tail C={chunk} R={lookahead} pad={pad}")
+    # Nothing of the tail was cached: streaming on still matches.
+    more = encoder.step(state, real_mel[:, 777:900], return_layers=True)
+    _assert_layers(more, encode_block_causal(model, real_mel[:, :900], chunk, lookahead, return_layers=True), more.start, "after tail")
+
+
+def test_trim_equals_fresh_stream_from_the_cut(model, real_mel):
+    chunk, lookahead, cut = 50, 12, 137  # a cut off the chunk grid
+    encoder = StreamingEncoder(model, StreamingEncoderOptions(chunk_frames=chunk, lookahead_frames=lookahead))
+    state = encoder.new_state()
+    for a, b in _pieces(600, seed=3):
+        encoder.step(state, real_mel[:, a:b])
+    encoder.trim(state, cut)
+    assert state.offset == cut
+    rest = real_mel[:, 600:]
+    outputs = [encoder.step(state, rest[:, a:b], return_layers=True) for a, b in _pieces(rest.shape[-1], seed=4)]
+    kept = real_mel[:, 2 * cut :]
+    reference = encode_block_causal(model, kept, chunk, lookahead, return_layers=True)
+    # The frames re-encoded by the trim, and those streamed after it.
+    torch.testing.assert_close(state.final_states(), reference[0][:, : state.n_final], atol=ATOL, rtol=0)
+    first = outputs[0].start
+    joined = EncoderOutput(
+        states=torch.cat([o.states for o in outputs], 1),
+        start=first,
+        layers=[torch.cat([o.layers[i] for o in outputs], 1) for i in range(len(outputs[0].layers))],
+    )
+    _assert_layers(joined, reference, first, "after trim at 137")
+    assert state.n_final == (conv_ready_frames(kept.shape[-1]) - lookahead) // chunk * chunk
+
+
+def test_automatic_trims_keep_positions_in_range(model):
+    """A long stream trims itself: positions stay below the budget, states stay exact."""
+    options = StreamingEncoderOptions(chunk_frames=25, lookahead_frames=12, tail_frames=64, max_frames=400, trim_keep_frames=100)
+    encoder = StreamingEncoder(model, options)
+    mel = torch.randn(80, 2001)
+    state = encoder.new_state()
+    trims = []
+    for index, (a, b) in enumerate(_pieces(mel.shape[-1], seed=5, largest=120)):
+        out = encoder.step(state, mel[:, a:b])
+        if out.trimmed:
+            trims.append(out.trimmed)
+            assert out.trimmed % options.chunk_frames == 0
+        if index % 6 == 0:
+            assert encoder.audio_features(state).shape[1] <= options.max_frames
+    assert len(trims) >= 3 and sum(trims) == state.offset
+    assert state.peak_position < options.max_frames
+    kept = mel[:, 2 * state.offset :]
+    reference = encode_block_causal(model, kept, 25, 12)
+    torch.testing.assert_close(state.final_states(), reference[:, : state.n_final], atol=ATOL, rtol=0)
+
+
+def test_default_budget_over_a_long_stream(model):
+    """34 s of audio in 1 s pieces with the default 1500 positions: it trims, never past 1499."""
+    encoder = StreamingEncoder(model, StreamingEncoderOptions(chunk_frames=50, lookahead_frames=25))
+    state = encoder.new_state()
+    mel = torch.randn(80, 3400)
+    for start in range(0, mel.shape[-1], 100):
+        encoder.step(state, mel[:, start : start + 100])
+        assert state.n_received + encoder.options.tail_frames <= 1500
+    features = encoder.audio_features(state)
+    assert state.offset > 0 and state.peak_position <= 1499 and features.shape[1] <= 1500
+    with pytest.raises(ValueError):
+        encoder.padding_tail(state, 1500)
+
+
+def test_lockstep_batch_equals_single_streams(model):
+    mels = torch.randn(2, 80, 500)
+    encoder = StreamingEncoder(model, StreamingEncoderOptions(chunk_frames=50, lookahead_frames=12))
+    batch_state, batch_out = _stream(encoder, mels)
+    for row in range(2):
+        _, single = _stream(encoder, mels[row])
+        torch.testing.assert_close(batch_out.states[row : row + 1], single.states, atol=ATOL, rtol=0)
+    assert encoder.audio_features(batch_state).shape[0] == 2
+
+
+def test_options_and_inputs_are_checked(model):
+    assert StreamingEncoderOptions.from_seconds(1.0, 0.48) == StreamingEncoderOptions(chunk_frames=50, lookahead_frames=24)
+    with pytest.raises(ValueError):
+        StreamingEncoder(model, StreamingEncoderOptions(max_frames=1501))
+    with pytest.raises(ValueError):
+        StreamingEncoder(model, StreamingEncoderOptions(trim_keep_frames=1200))
+    encoder = StreamingEncoder(model)
+    with pytest.raises(ValueError):
+        encoder.step(encoder.new_state(), torch.zeros(128, 10))
+    with pytest.raises(ValueError):
+        encoder.trim(encoder.new_state(), 1)
