@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
+
+from burble.commands.common import add_device_argument, add_threads_argument
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -16,8 +17,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Serve streaming speech recognition over WebSocket (protocol: docs/protocol.md) at "
             "ws://HOST:PORT/ws, a Vosk-compatible endpoint at /vosk, a captioning page at /, and "
-            "/healthz and /metrics. SIGTERM or Ctrl-C stops it gracefully: every session gets its "
-            "final results before the server closes it."
+            "/healthz and /metrics. WebSocket clients of the root URL ws://HOST:PORT/ speak --dialect: "
+            "burble's protocol, or vosk to stand in for a Vosk server with its clients unchanged. The "
+            "model is warmed up before the server listens. SIGTERM or Ctrl-C stops it gracefully: "
+            "every session gets its final results before the server closes it."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -30,13 +33,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-message-bytes", type=int, default=1 << 19, help="largest WebSocket message")
     parser.add_argument("--max-session-seconds", type=float, default=3600.0, help="longest session (wall time)")
     parser.add_argument("--idle-timeout", type=float, default=30.0, help="end sessions silent for this long (s)")
-    parser.add_argument("--compute-slots", type=int, default=None, help="recognizer calls running at once (default: CPU cores)")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: CPU cores / compute slots, so slots x threads = cores)")
+    parser.add_argument("--compute-slots", type=int, default=None, help="recognizer calls running at once, across all sessions (unset: one per CPU core)")
+    add_threads_argument(parser, "a compute slot, so 0 is CPU cores // --compute-slots")
+    parser.add_argument("--dialect", choices=("burble", "vosk"), default="burble", help="protocol of WebSocket clients of the root URL / (/ws and /vosk stay as they are)")
     parser.add_argument("--chunk", type=float, default=1.0, help="default seconds of speech per recognizer step")
     parser.add_argument("--no-vad", action="store_true", help="send all audio to the recognizer (no endpoints)")
     parser.add_argument("--no-page", action="store_true", help="do not serve the browser page at /")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--log-format", choices=("text", "json"), default="text", help="json: one object per line")
+    add_device_argument(parser)
+    parser.add_argument("--log-format", choices=("text", "json"), default="text", help="json: stderr carries only JSON objects, one per line (library warnings too)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     from burble.asr.fusion.cli import add_biasing_arguments
 
@@ -48,7 +52,7 @@ def options_from_args(args: argparse.Namespace):
     from burble.streaming.loop import PipelineOptions
     from burble.streaming.server import ServerOptions
     from burble.streaming.server.security import load_token
-    from burble.streaming.vad import VADOptions
+    from burble.audio.vad import VADOptions
 
     token = load_token(args.token_file) if args.token_file else None
     return ServerOptions(
@@ -63,6 +67,7 @@ def options_from_args(args: argparse.Namespace):
         compute_slots=args.compute_slots,
         pipeline=PipelineOptions(chunk_seconds=args.chunk),
         vad=None if args.no_vad else VADOptions(),
+        dialect=args.dialect,
         static=not args.no_page,
     )
 
@@ -79,12 +84,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     import burble
+    from burble.cpu_threads import worker_threads
     from burble.streaming.server import AsrServer, WhisperRecognizerFactory
+    from burble.streaming.server.recognizers import default_compute_slots
 
-    # Each compute slot runs one decode; more torch threads than cores in total would make
-    # the slots fight over the cores (spinning OpenMP workers), so split the cores between them.
-    cores = os.cpu_count() or 1
-    threads = args.threads or max(1, cores // (options.compute_slots or cores))
+    # Each compute slot runs one decode at a time: the slots are the workers that share the cores.
+    threads = worker_threads(options.compute_slots or default_compute_slots(), args.threads)
     log.info("loading model %s", args.model, extra={"event": "loading_model", "model": args.model, "threads": threads})
     asr = burble.load_model(args.model, device=args.device, threads=threads)
     from burble.asr.fusion.cli import biasing_from_args
@@ -103,7 +108,11 @@ def run(args: argparse.Namespace) -> int:
         except OSError as e:
             log.error("cannot listen on %s:%d: %s", options.host, options.port, e, extra={"event": "bind_failed"})
             raise SystemExit(1) from None
-        print(f"burble: serving {args.model} at {server.url} (page: http://{options.host}:{server.port}/)", file=sys.stderr, flush=True)
+        if args.log_format == "text":  # json: the "listening" record carries both URLs
+            print(
+                f"burble: serving {args.model} at {server.url} ({options.dialect} protocol at {server.root_url}; "
+                f"page: {server.page_url})", file=sys.stderr, flush=True,
+            )  # fmt: skip
         await server.serve_forever()
 
     asyncio.run(main())

@@ -8,8 +8,11 @@ Example::
 
     from burble.streaming.client import ClientOptions, stream_file
 
-    events = stream_file("speech.wav", ClientOptions(url="ws://127.0.0.1:8765/ws"))
+    events = stream_file("speech.wav", ClientOptions(url="ws://127.0.0.1:8765/"))
     print("".join(e.text for e in events if e.type == "final"))
+
+The URL may be the server's base URL (``ws://host:port/`` or the page's ``http://host:port/``):
+the client connects to its ``/ws`` endpoint (``websocket_url``).
 
 Events are ``StreamEvent``s, the same objects (and, via ``to_json``, the same JSON lines) that
 ``burble stream --json`` produces.
@@ -23,14 +26,38 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Optional, Union
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from burble.streaming.events import EVENT_TYPES, StreamEvent
 
 EventCallback = Callable[[StreamEvent], None]
+
+BURBLE_PATH = "/ws"  # the server's burble-protocol endpoint (docs/protocol.md)
+_SCHEMES = {"ws": "ws", "wss": "wss", "http": "ws", "https": "wss"}
+_CLOSE_NORMAL = 1000
+
+
+def websocket_url(url: str) -> str:
+    """The burble endpoint of ``url``: a base URL (no path, or ``/``) gets ``/ws``, and the
+    page's ``http(s)://`` becomes ``ws(s)://``; any other path and the query stay as given.
+
+    Raises:
+      ValueError: for a URL that names no host or has another scheme.
+    """
+    parts = urlsplit(url.strip())
+    scheme = _SCHEMES.get(parts.scheme.lower())
+    if scheme is None or not parts.hostname:
+        raise ValueError(f"{url!r} is not a server URL (expected ws://HOST:PORT/, as 'burble serve' prints)")
+    try:
+        parts.port  # noqa: B018 (raises for a port that is not a number in range)
+    except ValueError:
+        raise ValueError(f"{url!r} has a bad port") from None
+    path = parts.path if parts.path not in ("", "/") else BURBLE_PATH
+    return urlunsplit((scheme, parts.netloc, path, parts.query, ""))
 
 
 @dataclass(frozen=True)
@@ -38,7 +65,8 @@ class ClientOptions:
     """How to connect and stream.
 
     Attributes:
-      url: the server's WebSocket endpoint, e.g. ``ws://127.0.0.1:8765/ws``.
+      url: the server, e.g. ``ws://127.0.0.1:8765/`` (its base URL: the client uses ``/ws``)
+        or the endpoint itself, ``ws://127.0.0.1:8765/ws``.
       token: bearer token (sent in the ``Authorization`` header), if the server wants one.
       encoding: ``pcm_s16le`` (half the bytes) or ``f32le``.
       partials: ask for ``partial`` events.
@@ -64,14 +92,21 @@ class ClientOptions:
     open_timeout: float = 10.0
 
     def __post_init__(self) -> None:
+        websocket_url(self.url)  # a bad URL is a bad argument, said before anything connects
         if self.encoding not in ("pcm_s16le", "f32le"):
             raise ValueError("encoding must be pcm_s16le or f32le")
         if self.speed <= 0 or self.frame_seconds <= 0:
             raise ValueError("speed and frame_seconds must be > 0")
 
 
+    @property
+    def endpoint(self) -> str:
+        """The WebSocket URL the client connects to (``websocket_url(url)``)."""
+        return websocket_url(self.url)
+
+
 class ServerError(Exception):
-    """The server sent an ``error`` message (or refused the connection).
+    """The server sent an ``error`` message, refused the connection, or closed it unfinished.
 
     Attributes:
       code: the protocol's error code (``bad_audio``, ``server_busy``, ...).
@@ -147,20 +182,25 @@ class StreamingClient:
         """Open the connection, send ``start``, return the server's ``ready`` message.
 
         Raises:
-          ServerError: the server refused (busy, bad token, bad start ...).
+          ServerError: the server refused (busy, bad token, no such endpoint, bad start ...).
+          OSError, TimeoutError, websockets.exceptions.WebSocketException: no server answered
+            (refused, unresolvable host, timeout, not a WebSocket server).
         """
         headers = {"Authorization": f"Bearer {self.options.token}"} if self.options.token else None
+        endpoint = self.options.endpoint
         try:
             self.connection = await connect(
-                self.options.url, additional_headers=headers, compression=None, open_timeout=self.options.open_timeout, max_size=None
+                endpoint, additional_headers=headers, compression=None, open_timeout=self.options.open_timeout, max_size=None
             )
-        except Exception as e:
-            status = getattr(getattr(e, "response", None), "status_code", None)
+        except InvalidStatus as e:
+            status = e.response.status_code
             if status == 401:
                 raise ServerError("unauthorized", "the server wants a valid token") from e
             if status == 403:
                 raise ServerError("forbidden", "the server refused this origin") from e
-            raise
+            if status == 404:
+                raise ServerError("not_found", f"no WebSocket endpoint at {endpoint} (HTTP 404); burble serves ws://HOST:PORT/ws") from e
+            raise ServerError("refused", f"{endpoint} answered HTTP {status} instead of opening a WebSocket") from e
         await self.connection.send(json.dumps(self.start_message()))
         message = await asyncio.wait_for(self._recv_json(), self.options.open_timeout)
         if message is None:
@@ -178,7 +218,13 @@ class StreamingClient:
             return None
         if isinstance(text, bytes):
             raise ServerError("unexpected", "the server sent binary data")
-        return json.loads(text)
+        try:
+            message = json.loads(text)
+        except ValueError:
+            raise ServerError("unexpected", "the server sent a message that is not JSON (not a burble endpoint?)") from None
+        if not isinstance(message, dict):
+            raise ServerError("unexpected", "the server sent JSON that is not an object (not a burble endpoint?)")
+        return message
 
     async def send_audio(self, samples: np.ndarray) -> None:
         """Send one frame of audio (float in [-1, 1] or int16; mono or ``(frames, channels)``)."""
@@ -197,11 +243,14 @@ class StreamingClient:
         """Events until the server closes the connection.
 
         Raises:
-          ServerError: when the server sends an ``error`` (after the events before it).
+          ServerError: when the server sends an ``error`` (after the events before it), or
+            closes the connection other than normally (1000: every final was sent).
         """
         while True:
             message = await self._recv_json()
             if message is None:
+                if self.close_code != _CLOSE_NORMAL:
+                    raise ServerError("closed", f"the server closed the connection before the end (code {self.close_code})")
                 return
             kind = message.get("type")
             if kind in EVENT_TYPES:

@@ -2,8 +2,10 @@
 
 - ``protocol``: the versioned JSON protocol (messages, validation, error and close codes).
 - ``options``: ``ServerOptions``.
-- ``server``: ``AsrServer`` (routes, limits, shutdown).
-- ``session``: one connection over the standard streaming pipeline; ``vosk``: the Vosk dialect.
+- ``server``: ``AsrServer`` (routes, limits, warm-up, shutdown).
+- ``dialects``: which URL path speaks which protocol (``Session`` classes);
+  ``session``: one connection over the standard streaming pipeline; ``vosk``: the Vosk dialect.
+- ``context``: ``SessionContext``, what a session may use of the server.
 - ``source``: ``NetworkSource``, the pipeline's audio source for a connection.
 - ``recognizers``: per-session recognizers over one shared model, ``ComputeLimiter``.
 - ``security``: token and Origin checks; ``http``: static page, health and metrics answers.

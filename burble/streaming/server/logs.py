@@ -43,5 +43,8 @@ def configure_logging(fmt: str = "text", level: int = logging.INFO) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # Library warnings (warnings.warn) become log records on "py.warnings", so with json they are
+    # JSON lines like everything else instead of bare text on stderr.
+    logging.captureWarnings(True)
     # websockets logs every failed handshake at INFO with a traceback; ours are enough.
     logging.getLogger("websockets").setLevel(logging.WARNING)

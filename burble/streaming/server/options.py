@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from burble.streaming.loop import PipelineOptions
-from burble.streaming.vad import VADOptions
+from burble.audio.vad import VADOptions
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,9 @@ class ServerOptions:
       source_buffer_seconds: per-session capture buffer (audio waiting to be resampled).
       vosk_sample_rate: sample rate assumed by the Vosk-compatible endpoint until a client
         sends ``{"config": {"sample_rate": ...}}``.
+      dialect: the protocol WebSocket clients of the root URL ``/`` speak: ``"burble"``
+        (docs/protocol.md, as at ``/ws``) or ``"vosk"`` (as at ``/vosk``: a drop-in for
+        vosk-server, whose clients connect to the root). ``/ws`` and ``/vosk`` never change.
       static: serve the browser page at ``/``.
     """
 
@@ -55,6 +58,7 @@ class ServerOptions:
     vad: Optional[VADOptions] = field(default_factory=VADOptions)
     source_buffer_seconds: float = 5.0
     vosk_sample_rate: int = 16000
+    dialect: str = "burble"
     static: bool = True
 
     def __post_init__(self) -> None:

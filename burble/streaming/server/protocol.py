@@ -87,6 +87,10 @@ class ProtocolError(Exception):
     def close_code(self) -> int:
         return CLOSE_CODES[self.code]
 
+    def to_message(self) -> dict[str, Any]:
+        """The ``error`` message that tells the client about this error."""
+        return {"type": "error", "code": self.code, "message": self.message}
+
 
 # ------------------------------------------------------------------------------------ JSON
 def _reject_constant(name: str) -> Any:
@@ -294,11 +298,6 @@ def decode_audio(data: bytes, config: SessionConfig) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- server messages
-def error_message(code: str, message: str) -> str:
-    """JSON text of an ``error`` message."""
-    return json.dumps({"type": "error", "code": code, "message": message}, ensure_ascii=False)
-
-
 def dumps(message: dict[str, Any]) -> str:
     """JSON text of any server message (``ensure_ascii=False``: UTF-8 words stay readable)."""
     return json.dumps(message, ensure_ascii=False, separators=(", ", ": "))

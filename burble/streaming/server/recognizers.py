@@ -13,15 +13,21 @@ the sessions take turns and latency grows smoothly with load.
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
+from importlib import resources
 from typing import Any, Optional, Protocol
 
 import numpy as np
 
+from burble.cpu_threads import available_cores
 from burble.streaming.events import StreamEvent
 from burble.streaming.server.protocol import SessionConfig
 from burble.streaming.stages import Recognizer
+
+# 2 s of real speech ("And so my fellow Americans", JFK 1961, public domain; 16 kHz mono FLAC).
+# Warm-up needs words: a decode of silence yields none and so never reaches the word-timing DTW,
+# whose first call compiles (about a second of the first session's latency otherwise).
+WARM_UP_CLIP = "warmup.flac"
 
 
 class RecognizerFactory(Protocol):
@@ -41,6 +47,11 @@ class RecognizerFactory(Protocol):
         """A fresh recognizer for a session started with ``config``."""
         ...
 
+    def warm_up(self) -> None:
+        """Pay the one-off cost of the first recognition now (the server calls it before it
+        listens), so that the first session is as fast as the ones after it."""
+        ...
+
 
 def unsupported_options(factory: RecognizerFactory, config: SessionConfig) -> list[str]:
     """Options the client asked for that the factory cannot honour (reported in ``ready``)."""
@@ -52,15 +63,20 @@ def unsupported_options(factory: RecognizerFactory, config: SessionConfig) -> li
     return [name for name in asked if name not in factory.supported]
 
 
+def default_compute_slots() -> int:
+    """Compute slots when none are configured: one per CPU core this process may use."""
+    return available_cores()
+
+
 class ComputeLimiter:
     """At most ``slots`` recognizer calls at once, process-wide (a semaphore held in the worker).
 
     Args:
-      slots: concurrent calls; ``None`` uses one per CPU core.
+      slots: concurrent calls; ``None``: ``default_compute_slots()``.
     """
 
     def __init__(self, slots: Optional[int] = None) -> None:
-        self.slots = slots or os.cpu_count() or 1
+        self.slots = slots or default_compute_slots()
         self._semaphore = threading.BoundedSemaphore(self.slots)
         self._lock = threading.Lock()
         self.running = 0
@@ -138,3 +154,14 @@ class WhisperRecognizerFactory:
             overrides["hotwords"] = tuple(config.hotwords)
         options = dataclasses.replace(self.options, **overrides) if overrides else self.options
         return WhisperStreamingRecognizer(self.asr, options)
+
+    def warm_up(self) -> None:
+        """One short decode of real speech through a session's recognizer (encoder, decoder,
+        biasing and word timing all run once), then the recognizer is thrown away."""
+        import soundfile
+
+        with resources.files("burble.streaming.server").joinpath(WARM_UP_CLIP).open("rb") as clip:
+            audio, _ = soundfile.read(clip, dtype="float32")
+        recognizer = self.create(SessionConfig())
+        recognizer.accept(audio, 0)
+        recognizer.flush()

@@ -2,12 +2,14 @@
 
 One process, one asyncio event loop, one loaded model. Each connection is a ``Session`` with its
 own pipeline and recognizer; recognizer calls run in worker threads, at most
-``compute_slots`` at once (``ComputeLimiter``).
+``compute_slots`` at once (``ComputeLimiter``). Sessions get a ``SessionContext`` (options,
+metrics, limiter, factory, an unregister callback), never the server itself.
 
 Routes (all on one port; plain HTTP is answered from the handshake hook ``process_request``):
 
 - ``/ws``: the burble protocol (docs/protocol.md);
 - ``/vosk``: a Vosk-server compatible endpoint (``{"config": ...}``, PCM, ``{"eof": 1}``);
+- ``/`` (WebSocket): the dialect of ``ServerOptions.dialect`` (``dialects.websocket_routes``);
 - ``GET /healthz``: ``{"status": "ok", ...}`` (no token needed: for load balancers);
 - ``GET /metrics`` (Prometheus text) and ``GET /metrics.json``: counters (token needed if set);
 - ``GET /``: the browser captioning page (static files).
@@ -29,12 +31,15 @@ import itertools
 import logging
 import secrets
 import signal
+import time
 from typing import Optional
 from urllib.parse import urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
+from burble.streaming.server.context import SessionContext
+from burble.streaming.server.dialects import websocket_routes
 from burble.streaming.server.http import json_response, static_response, text_response
 from burble.streaming.server.metrics import ServerMetrics, prometheus_text
 from burble.streaming.server.options import ServerOptions
@@ -42,11 +47,8 @@ from burble.streaming.server.protocol import CLOSE_TRY_LATER, ProtocolError, dum
 from burble.streaming.server.recognizers import ComputeLimiter, RecognizerFactory
 from burble.streaming.server.security import origin_allowed, presented_token, token_matches
 from burble.streaming.server.session import Session
-from burble.streaming.server.vosk import VoskSession
 
 logger = logging.getLogger("burble.server")
-
-WEBSOCKET_PATHS = ("/ws", "/vosk")
 
 
 class AsrServer:
@@ -67,8 +69,10 @@ class AsrServer:
     def __init__(self, factory: RecognizerFactory, options: ServerOptions = ServerOptions()) -> None:
         self.factory = factory
         self.options = options
+        self.routes = websocket_routes(options.dialect)
         self.limiter = ComputeLimiter(options.compute_slots)
         self.metrics = ServerMetrics()
+        self.context = SessionContext(options, self.metrics, self.limiter, factory, self._unregister)
         self.sessions: dict[str, Session] = {}
         self._ids = itertools.count(1)
         self._prefix = secrets.token_hex(3)
@@ -87,13 +91,26 @@ class AsrServer:
 
     @property
     def url(self) -> str:
-        """``ws://host:port/ws``."""
+        """``ws://host:port/ws``: the burble protocol, whatever the root speaks."""
+        return f"ws://{self._netloc}/ws"
+
+    @property
+    def root_url(self) -> str:
+        """``ws://host:port/``: the root, which speaks ``options.dialect``."""
+        return f"ws://{self._netloc}/"
+
+    @property
+    def page_url(self) -> str:
+        """``http://host:port/``: the browser page."""
+        return f"http://{self._netloc}/"
+
+    @property
+    def _netloc(self) -> str:
         host = self.options.host
-        host = f"[{host}]" if ":" in host else host
-        return f"ws://{host}:{self.port}/ws"
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     async def start(self) -> None:
-        """Bind and start accepting connections."""
+        """Warm the recognizer up, then bind and start accepting connections."""
         opts = self.options
         if opts.token is None and opts.host not in ("127.0.0.1", "localhost", "::1"):
             logger.warning(
@@ -101,6 +118,14 @@ class AsrServer:
                 extra={"event": "no_token"},
             )  # fmt: skip
         self._stopped = asyncio.Event()
+        # The first decode pays for one-off set-up (kernel selection, allocator growth, the DTW
+        # JIT); pay it now, before any client waits on it and before we say we are listening.
+        started = time.monotonic()
+        await asyncio.to_thread(self.factory.warm_up)
+        logger.info(
+            "recognizer warmed up in %.1f s", time.monotonic() - started,
+            extra={"event": "warmed_up", "seconds": round(time.monotonic() - started, 3)},
+        )  # fmt: skip
         self._server = await serve(
             self._handle,
             opts.host,
@@ -113,8 +138,9 @@ class AsrServer:
         )
         self._port = self._server.sockets[0].getsockname()[1]
         logger.info(
-            "listening on %s (model %s, max %d sessions, %d compute slots)", self.url, self.factory.model_name,
-            opts.max_sessions, self.limiter.slots, extra={"event": "listening", "url": self.url},
+            "listening on %s (model %s, %s at /, max %d sessions, %d compute slots)", self.url, self.factory.model_name,
+            opts.dialect, opts.max_sessions, self.limiter.slots,
+            extra={"event": "listening", "url": self.url, "root_url": self.root_url, "page": self.page_url, "dialect": opts.dialect},
         )  # fmt: skip
 
     async def serve_forever(self) -> None:
@@ -179,8 +205,9 @@ class AsrServer:
         upgrade = request.headers.get("Upgrade", "").lower() == "websocket"
         if not upgrade:
             return self._http(path, request)
-        if path not in WEBSOCKET_PATHS:
-            return text_response(http.HTTPStatus.NOT_FOUND, f"no WebSocket endpoint at {path[:100]} (use /ws)\n")
+        if path not in self.routes:
+            endpoints = ", ".join(sorted(self.routes))
+            return text_response(http.HTTPStatus.NOT_FOUND, f"no WebSocket endpoint at {path[:100]} (endpoints: {endpoints})\n")
         if not token_matches(self.options.token, presented_token(request.headers, request.path)):
             self.metrics.rejected["auth"] += 1
             logger.warning("rejected: missing or wrong token", extra={"event": "rejected", "reason": "auth"})
@@ -234,15 +261,15 @@ class AsrServer:
             )
             logger.warning("rejected: %s", error.message, extra={"event": "rejected", "reason": reason})
             try:
-                await connection.send(dumps({"type": "error", "code": error.code, "message": error.message}))
+                await connection.send(dumps(error.to_message()))
                 await connection.close(error.close_code if self._closing else CLOSE_TRY_LATER)
             except Exception:
                 pass
             return
-        session_class = VoskSession if path == "/vosk" else Session
-        session = session_class(self, connection, session_id)
+        # _process_request let only routed paths through the handshake.
+        session = self.routes[path](self.context, connection, session_id)
         self.sessions[session_id] = session
         await session.run()
 
-    def unregister(self, session: Session) -> None:
-        self.sessions.pop(session.id, None)
+    def _unregister(self, session_id: str) -> None:
+        self.sessions.pop(session_id, None)

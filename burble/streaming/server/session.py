@@ -28,13 +28,14 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import Any, Optional, Union
 
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from burble.streaming.events import StreamEvent
 from burble.streaming.loop import Pipeline, PipelineMetrics, asr_pipeline
+from burble.streaming.server.context import SessionContext
 from burble.streaming.server.protocol import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL,
@@ -50,10 +51,7 @@ from burble.streaming.server.protocol import (
 from burble.streaming.server.recognizers import unsupported_options
 from burble.streaming.server.source import NetworkSource
 from burble.streaming.stages import Recognizer
-from burble.streaming.vad import StreamingVAD
-
-if TYPE_CHECKING:
-    from burble.streaming.server.server import AsrServer
+from burble.audio.vad import StreamingVAD
 
 logger = logging.getLogger("burble.server")
 
@@ -94,14 +92,15 @@ class Session:
     """The burble protocol over one connection (see the module docstring).
 
     Args:
-      server: the owning server (options, recognizer factory, compute limiter, metrics).
+      context: what the server lends the session (options, recognizer factory, compute
+        limiter, metrics, and the callback that unregisters it).
       connection: the accepted WebSocket.
       session_id: identifier used in ``ready`` and in the logs.
     """
 
-    def __init__(self, server: "AsrServer", connection: ServerConnection, session_id: str) -> None:
-        self.server = server
-        self.options = server.options
+    def __init__(self, context: SessionContext, connection: ServerConnection, session_id: str) -> None:
+        self.context = context
+        self.options = context.options
         self.connection = connection
         self.id = session_id
         self.config: Optional[SessionConfig] = None
@@ -145,7 +144,7 @@ class Session:
             await self._finish()
         except ProtocolError as error:  # before the pipeline exists (bad or missing start)
             self._count_error(error)
-            await self._send_now(dumps({"type": "error", "code": error.code, "message": error.message}))
+            await self._send_now(dumps(error.to_message()))
             await self._close(error.close_code)
         except ConnectionClosed:
             pass
@@ -173,7 +172,7 @@ class Session:
     async def open(self, config: SessionConfig) -> None:
         """Build the session's source, recognizer and pipeline."""
         self.config = config
-        self.server.metrics.sessions_total += 1
+        self.context.metrics.sessions_total += 1
         options = self.options
         self.source = NetworkSource(
             config.sample_rate, live=config.realtime, buffer_seconds=options.source_buffer_seconds, name=f"session {self.id}"
@@ -193,7 +192,7 @@ class Session:
 
     def _build_stages(self, config: SessionConfig) -> tuple[Optional[StreamingVAD], Recognizer]:
         vad = StreamingVAD(self.options.vad) if self.options.vad is not None else None
-        return vad, self.server.limiter.wrap(self.server.factory.create(config))
+        return vad, self.context.limiter.wrap(self.context.factory.create(config))
 
     def ready_message(self) -> Optional[dict[str, Any]]:
         """The ``ready`` message (``None``: the dialect sends none)."""
@@ -203,14 +202,14 @@ class Session:
             "type": "ready",
             "version": PROTOCOL_VERSION,
             "session": self.id,
-            "model": self.server.factory.model_name,
+            "model": self.context.factory.model_name,
             "sample_rate": config.sample_rate,
             "encoding": config.encoding,
             "channels": config.channels,
             "partials": config.partials,
             "chunk": self.pipeline.options.chunk_seconds,
             "realtime": config.realtime,
-            "unsupported": unsupported_options(self.server.factory, config),
+            "unsupported": unsupported_options(self.context.factory, config),
             "ignored": list(config.ignored),
             "limits": {
                 "max_message_bytes": options.max_message_bytes,
@@ -316,7 +315,7 @@ class Session:
                 # A partial with newer messages behind it is already out of date: skip it.
                 if item.type == "partial" and not self._queue.empty():
                     continue
-                self.server.metrics.events[item.type] += 1
+                self.context.metrics.events[item.type] += 1
                 item = item.to_dict()
             if not await self._send_now(dumps(item)):
                 return
@@ -328,7 +327,7 @@ class Session:
             return True
         except asyncio.TimeoutError:
             self.log(logging.WARNING, "client_too_slow", "client stopped reading; dropping it")
-            self.server.metrics.errors["client_too_slow"] += 1
+            self.context.metrics.errors["client_too_slow"] += 1
             self.ending = self.ending or Ending("error", flush=False, close_code=None)
             self.connection.transport.abort()
             return False
@@ -354,7 +353,7 @@ class Session:
             for message in self.final_messages():
                 self.send(message)
         if ending.error is not None:
-            self.send({"type": "error", "code": ending.error.code, "message": ending.error.message})
+            self.send(ending.error.to_message())
         await self._drain_sender()
         await self._close(ending.close_code)
 
@@ -372,14 +371,14 @@ class Session:
             pass
 
     async def _close(self, code: int) -> None:
-        self.server.metrics.closes[code] += 1
+        self.context.metrics.closes[code] += 1
         try:
             await self.connection.close(code)
         except Exception:  # the peer is gone: nothing left to tell it
             pass
 
     def _count_error(self, error: ProtocolError) -> None:
-        self.server.metrics.errors[error.code] += 1
+        self.context.metrics.errors[error.code] += 1
         level = logging.INFO if error.code in ("idle_timeout", "session_too_long", "shutting_down") else logging.WARNING
         self.log(level, "session_error", error.message, code=error.code)
 
@@ -392,7 +391,7 @@ class Session:
         if self.source is not None:
             self.source.end()
         if self.pipeline is not None:
-            self.server.metrics.add_session(self.pipeline.metrics)
+            self.context.metrics.add_session(self.pipeline.metrics)
             m = self.pipeline.metrics
             self.log(
                 logging.INFO, "session_end", "session ended",
@@ -401,4 +400,4 @@ class Session:
                 dropped_seconds=round(m.dropped_seconds, 3), max_lag_seconds=round(m.max_lag_seconds, 3),
                 finals=m.events.get("final", 0), wall_seconds=round(time.monotonic() - self.opened_at, 3),
             )  # fmt: skip
-        self.server.unregister(self)
+        self.context.unregister(self.id)

@@ -1,4 +1,5 @@
-"""A Vosk-server compatible dialect at ``/vosk``, for clients written for vosk-server.
+"""A Vosk-server compatible dialect at ``/vosk`` (and at ``/`` with ``--dialect vosk``, where
+vosk-server's own clients connect), for clients written for vosk-server.
 
 The Vosk protocol is request/response: the client optionally sends
 ``{"config": {"sample_rate": 16000, ...}}``, then 16-bit mono PCM frames, each answered by exactly

@@ -28,12 +28,16 @@ class FakeFactory:
         self.keep_audio = keep_audio
         self.created: list[FakeRecognizer] = []
         self.configs: list[SessionConfig] = []
+        self.warm_ups = 0
 
     def create(self, config: SessionConfig) -> FakeRecognizer:
         recognizer = FakeRecognizer(delay=self.delay, keep_audio=self.keep_audio)
         self.created.append(recognizer)
         self.configs.append(config)
         return recognizer
+
+    def warm_up(self) -> None:
+        self.warm_ups += 1  # nothing to warm: counted, so a test can see the server asked
 
 
 def open_session(url: str, start: Optional[dict[str, Any]] = None, **kwargs: Any) -> tuple[ClientConnection, dict]:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
+from websockets.sync.server import ServerConnection, serve
 
 from burble.streaming.events import StreamEvent
 from burble.testing.dev_audio import dev_item, require_shared
@@ -23,6 +27,63 @@ REPO = Path(__file__).resolve().parents[3]
 
 def burble(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "burble", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def server_that_drops_sessions() -> Iterator[str]:
+    """A WebSocket server that answers ``start`` with ``ready``, then drops the TCP connection
+    without a close frame (what a crashed or killed server looks like to a client)."""
+
+    def handler(ws: ServerConnection) -> None:
+        ws.recv()
+        ws.send(json.dumps({"type": "ready", "version": 1}))
+        ws.recv()  # the first audio frame
+        ws.socket.shutdown(socket.SHUT_RDWR)
+
+    with serve(handler, "127.0.0.1", 0) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        yield f"ws://127.0.0.1:{server.socket.getsockname()[1]}/"
+        server.shutdown()
+
+
+def test_client_failures_are_one_line_and_an_exit_status(tmp_path):
+    """`burble client --help` promises: 1 server error or unreachable, 2 bad arguments; each
+    failure is one line on stderr, never a traceback."""
+    require_shared("dev-audio")
+    wav = str(dev_item("ls_1089-134686-0001").audio_path)
+    corrupt = tmp_path / "corrupt.wav"
+    corrupt.write_bytes(b"RIFF\x24\x00\x00\x00WAVEjunk")
+    limited = ServerThread(FakeFactory(), options_for_tests(max_session_seconds=0.5))
+    with ServerThread(FakeFactory(), options_for_tests()) as server, limited, server_that_drops_sessions() as dropping:
+        base = f"ws://127.0.0.1:{server.port}/"
+        cases = [
+            # (arguments, exit status, what stderr must say)
+            ((wav, "--url", base, "--fast"), 0, None),  # the README's base URL works
+            ((wav, "--url", base + "nope", "--fast"), 1, "404"),
+            ((wav, "--url", f"ws://127.0.0.1:{free_port()}/", "--fast"), 1, "cannot reach"),
+            ((wav, "--url", "127.0.0.1:8765"), 2, "not a server URL"),
+            ((wav, "--url", f"ws://127.0.0.1:{limited.port}/"), 1, "session_too_long"),  # the server ends it
+            ((wav, "--url", dropping, "--fast"), 1, "closed the connection"),
+            ((str(tmp_path / "missing.wav"), "--url", base), 2, "no such file"),
+            ((str(corrupt), "--url", base), 2, "cannot read"),
+        ]
+        for args, status, says in cases:
+            result = burble("client", *args)
+            assert result.returncode == status, (args, result.stderr)
+            assert "Traceback" not in result.stderr, (args, result.stderr)
+            if says is None:
+                assert result.stdout and not result.stderr, (args, result.stderr)
+            else:
+                assert len(result.stderr.splitlines()) == 1 and says in result.stderr, (args, result.stderr)
+        assert server.wait_idle() and limited.wait_idle()
 
 
 def test_client_prints_stream_json_lines(tmp_path):
@@ -69,7 +130,7 @@ def test_serve_sigterm_flushes_finals_and_exits(tmp_path):
     os.chmod(token, 0o600)
     process = subprocess.Popen(
         [sys.executable, "-m", "burble", "serve", "--port", "0", "--token-file", str(token), "--log-format", "json"],
-        stderr=subprocess.PIPE, text=True, cwd=REPO,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
     )  # fmt: skip
     try:
         url = None
@@ -78,8 +139,8 @@ def test_serve_sigterm_flushes_finals_and_exits(tmp_path):
         while url is None and time.monotonic() < deadline:
             line = process.stderr.readline()
             logs.append(line)
-            match = re.search(r"at (ws://\S+/ws)", line)
-            url = match.group(1) if match else None
+            if line.startswith("{") and json.loads(line).get("event") == "listening":
+                url = json.loads(line)["url"]
         assert url, "".join(logs)
         ws, ready = open_session(url, {"realtime": False}, additional_headers={"Authorization": "Bearer t0k3n"})
         for i in range(0, int(3.0 * 16000), 1600):
@@ -90,6 +151,7 @@ def test_serve_sigterm_flushes_finals_and_exits(tmp_path):
         ws.close()
         assert process.wait(120) == 0
         logs += process.stderr.readlines()
+        assert process.stdout.read() == ""
     finally:
         if process.poll() is None:
             process.kill()
@@ -97,5 +159,7 @@ def test_serve_sigterm_flushes_finals_and_exits(tmp_path):
     assert messages[-1]["code"] == "shutting_down"
     finals = "".join(m["text"] for m in messages if m["type"] == "final").lower()
     assert "full hour" in finals
-    records = [json.loads(line) for line in logs if line.startswith("{")]
-    assert {"signal", "session_start", "session_end", "stopped"} <= {r.get("event") for r in records}
+    records = [json.loads(line) for line in logs if line.strip()]  # --log-format json: nothing but JSON
+    events = [r.get("event") for r in records]
+    assert {"signal", "session_start", "session_end", "stopped"} <= set(events)
+    assert events.index("warmed_up") < events.index("listening")  # warmed before it says it listens

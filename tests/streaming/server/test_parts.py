@@ -1,4 +1,5 @@
-"""The server's small parts: token and origin checks, compute limiter, metrics text, JSON logs."""
+"""The server's small parts: token and origin checks, compute limiter, metrics text, JSON logs,
+the dialect table and the client's URL handling."""
 
 from __future__ import annotations
 
@@ -11,10 +12,14 @@ import numpy as np
 import pytest
 from websockets.datastructures import Headers
 
+from burble.streaming.client import ClientOptions, websocket_url
 from burble.streaming.events import StreamEvent
 from burble.streaming.loop import PipelineMetrics
 from burble.streaming.server import ServerOptions
-from burble.streaming.server.logs import JsonFormatter
+from burble.streaming.server.dialects import websocket_routes
+from burble.streaming.server.logs import JsonFormatter, configure_logging
+from burble.streaming.server.session import Session
+from burble.streaming.server.vosk import VoskSession
 from burble.streaming.server.metrics import ServerMetrics, prometheus_text
 from burble.streaming.server.recognizers import ComputeLimiter
 from burble.streaming.server.security import load_token, origin_allowed, presented_token, token_matches
@@ -135,3 +140,53 @@ def test_json_log_lines():
     assert data["message"] == "session a-1 ended" and data["level"] == "warning" and data["logger"] == "burble.server"
     assert data["event"] == "session_end" and data["session"] == "a-1" and data["codes"] == "[1, 2]"
     assert data["time"].endswith("Z") and "\n" not in line
+
+
+def test_library_warnings_become_json_log_lines(capsys):
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        configure_logging("json")
+        import warnings
+
+        warnings.warn("a library complains", UserWarning)
+        logging.getLogger("burble.server").info("hello", extra={"event": "x"})
+    finally:
+        logging.captureWarnings(False)
+        root.handlers[:], level = saved
+        root.setLevel(level)
+    lines = capsys.readouterr().err.splitlines()
+    records = [json.loads(line) for line in lines]  # every line is JSON, the warning included
+    assert [r["logger"] for r in records] == ["py.warnings", "burble.server"]
+    assert "a library complains" in records[0]["message"]
+
+
+def test_dialect_table():
+    assert websocket_routes("burble") == {"/ws": Session, "/vosk": VoskSession, "/": Session}
+    assert websocket_routes("vosk") == {"/ws": Session, "/vosk": VoskSession, "/": VoskSession}
+    with pytest.raises(ValueError, match="unknown dialect"):
+        websocket_routes("kaldi")
+
+
+@pytest.mark.parametrize(
+    "url, endpoint",
+    [
+        ("ws://127.0.0.1:8765/", "ws://127.0.0.1:8765/ws"),  # the README's base URL
+        ("ws://127.0.0.1:8765", "ws://127.0.0.1:8765/ws"),
+        ("http://127.0.0.1:8765/", "ws://127.0.0.1:8765/ws"),  # the page URL serve prints
+        ("https://asr.example/", "wss://asr.example/ws"),
+        ("ws://127.0.0.1:8765/ws", "ws://127.0.0.1:8765/ws"),
+        ("ws://h:1/?token=t", "ws://h:1/ws?token=t"),
+        ("ws://h:1/vosk", "ws://h:1/vosk"),  # an explicit path is the user's choice
+        ("ws://[::1]:8765/", "ws://[::1]:8765/ws"),
+    ],
+)
+def test_websocket_url(url, endpoint):
+    assert websocket_url(url) == endpoint
+    assert ClientOptions(url=url).endpoint == endpoint
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8765", "ftp://h/", "ws://h:99999/", "ws://:80/", ""])
+def test_bad_urls_are_bad_arguments(url):
+    with pytest.raises(ValueError):
+        ClientOptions(url=url)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from burble.metrics.wer import corpus_wer
+from burble.metrics.wer import corpus_wer, word_errors
 from burble.streaming.client import ClientOptions, final_text, stream_audio
 from burble.testing.dev_audio import dev_item, require_shared
 from burble.testing.server import ServerThread, options_for_tests
@@ -16,6 +16,19 @@ from server_helpers import open_session, pcm16, read_until_closed
 pytestmark = pytest.mark.slow
 
 CLIPS = ("ls_1089-134691-0001", "ls_1089-134686-0001", "arctic_aew_a0002")
+# Word errors a session may make beyond offline transcription of its own clip: streaming
+# re-decodes a growing window, so one word of a clip (e.g. "paced"/"paste") may come out
+# differently. Another session's words are several errors each, far beyond it.
+EXTRA_ERRORS_PER_SESSION = 1
+
+
+def each_session_matches_offline(references: list[str], streamed: list[str], offline: list[str]) -> bool:
+    """Every session's text is within ``EXTRA_ERRORS_PER_SESSION`` word errors of what offline
+    transcription of the same clip gets, each against that clip's reference."""
+    return all(
+        word_errors(ref, text).errors <= word_errors(ref, off).errors + EXTRA_ERRORS_PER_SESSION
+        for ref, text, off in zip(references, streamed, offline)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +48,9 @@ def server(asr):
 
 
 def test_concurrent_sessions_match_offline_wer(server, asr):
-    """Three clips streamed at once over one shared model: each gets its own text, and the
-    streamed WER stays within 1.1x of offline transcription of the same clips."""
+    """Three clips streamed at once over one shared model: each session gets its own clip's text
+    (within one word error of offline, per session), and the streamed WER stays within 1.1x of
+    offline transcription of the same clips."""
     require_shared("dev-audio")
     items = [dev_item(i) for i in CLIPS]
     audios = [item.load() for item in items]
@@ -52,8 +66,17 @@ def test_concurrent_sessions_match_offline_wer(server, asr):
     offline_wer = corpus_wer(zip(references, offline))
     print(f"streamed WER {stream_wer:.3f} vs offline {offline_wer:.3f}: {streamed}")
     assert stream_wer <= 1.1 * offline_wer + 0.01, (streamed, offline)
-    for events_text, item in zip(streamed, items):  # no cross-talk between sessions
-        assert corpus_wer([(item.text, events_text)]) < 0.5
+    # No cross-talk: each session got its own clip's text, per session (a corpus WER can hide
+    # one bad session behind two good ones).
+    assert each_session_matches_offline(references, streamed, offline), (streamed, offline)
+    # Negative controls: the same check fails for streams handed to the wrong sessions, and for
+    # a session whose text has another session's words mixed in.
+    swapped = streamed[1:] + streamed[:1]
+    assert not each_session_matches_offline(references, swapped, offline)
+    for i in range(len(streamed)):
+        mixed = list(streamed)
+        mixed[i] = streamed[i] + " " + streamed[(i + 1) % len(streamed)]
+        assert not each_session_matches_offline(references, mixed, offline), mixed
 
 
 def test_stop_flushes_the_pending_words(server):

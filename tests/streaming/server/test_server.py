@@ -5,10 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import wave
+from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pytest
-from websockets.exceptions import InvalidStatus
+from websockets.asyncio.client import connect as async_connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from burble.streaming.client import ClientOptions, ServerError, StreamingClient, final_text, stream_audio
@@ -32,14 +36,68 @@ def test_happy_path_python_client(server, fake_factory, speech):
     finals = {w.word for e in events if e.type == "final" for w in e.words}
     partials = {w.word for e in events if e.type == "partial" for w in e.words}
     assert partials <= finals and finals
-    # The recognizer got only speech (the VAD ran) and in order.
-    recognizer = fake_factory.created[0]
-    assert 0 < recognizer.accepted_samples <= len(audio) + SR
+    assert fake_factory.created[0].accepted_samples > 0
     assert server.wait_idle()
     snap = server.snapshot()
     assert snap["sessions_total"] == 1 and snap["closes"] == {"1000": 1}
     assert abs(snap["audio_seconds"] - len(audio) / sr) < 0.1
     assert snap["events"]["final"] == sum(k == "final" for k in kinds)
+
+
+def gated_by_vad(accepted_samples: int, speech_samples: int) -> bool:
+    """The recognizer got the speech, but not the silence around it: at most the speech plus
+    the VAD's pre-roll (0.3 s) and hangover (0.2 s) and half a second of slack."""
+    return speech_samples // 2 <= accepted_samples <= speech_samples + SR
+
+
+def stream_speech_in_silence(server: ServerThread, speech: np.ndarray) -> None:
+    silence = np.zeros(2 * SR, dtype=np.float32)
+    padded = np.concatenate([silence, speech, silence])  # 4 s of silence the VAD must hold back
+    asyncio.run(stream_audio(padded, SR, ClientOptions(url=server.url, realtime=False)))
+    assert server.wait_idle()
+
+
+def test_vad_keeps_silence_from_the_recognizer(server, fake_factory, speech):
+    audio, _ = speech
+    stream_speech_in_silence(server, audio)
+    assert gated_by_vad(fake_factory.created[0].accepted_samples, len(audio))
+    # Negative control: without the VAD the recognizer gets the silence too and the check fails.
+    ungated = FakeFactory()
+    with ServerThread(ungated, options_for_tests(vad=None)) as plain:
+        stream_speech_in_silence(plain, audio)
+    assert ungated.created[0].accepted_samples == len(audio) + 4 * SR
+    assert not gated_by_vad(ungated.created[0].accepted_samples, len(audio))
+
+
+def test_warms_up_before_listening():
+    class Probe(FakeFactory):
+        bound_during_warm_up: Optional[bool] = None
+
+        def warm_up(self) -> None:
+            super().warm_up()
+            try:
+                thread.server.port  # raises until the server has bound its socket
+                self.bound_during_warm_up = True
+            except RuntimeError:
+                self.bound_during_warm_up = False
+
+    probe = Probe()
+    thread = ServerThread(probe, options_for_tests())
+    with thread:
+        assert probe.warm_ups == 1 and probe.bound_during_warm_up is False
+        assert not probe.created  # warm_up is the factory's business: no session recognizer made
+
+
+def test_client_takes_the_base_url(server, speech):
+    """`burble client --url ws://HOST:PORT/` (the README's form) and the page's http:// URL."""
+    audio, sr = speech
+    for url in (f"ws://127.0.0.1:{server.port}/", f"ws://127.0.0.1:{server.port}", server.http_url + "/"):
+        events = asyncio.run(stream_audio(audio[: int(1.5 * sr)], sr, ClientOptions(url=url, realtime=False)))
+        assert final_text(events), url
+    # The root itself speaks the burble protocol by default (a client that does not add /ws).
+    ws, ready = open_session(f"ws://127.0.0.1:{server.port}/")
+    ws.close()
+    assert ready["type"] == "ready"
 
 
 def test_ready_reports_options(server, fake_factory):
@@ -82,7 +140,7 @@ def test_partials_can_be_turned_off(server, speech):
 def test_realtime_client_and_stereo_44k(server, speech):
     """A real-time client at 44.1 kHz stereo f32: the server resamples and down-mixes."""
     audio, sr = speech
-    from burble.testing.audio import resample
+    from burble.audio.resample import resample
 
     audio44 = resample(audio[: int(2.5 * sr)], sr, 44100)
     stereo = np.stack([audio44, audio44], axis=1)
@@ -315,3 +373,50 @@ def test_vosk_audio_without_config_and_errors(server, speech):
         ws.send(json.dumps({"config": {"sample_rate": 3}}))
         messages, code = read_until_closed(ws)
         assert errors(messages) == ["bad_field"]
+
+
+async def vosk_test_py(uri: str, wav_path: Path, replies: list[dict]) -> None:
+    """What vosk-server's websocket/test.py does (its replies collected instead of printed): the
+    root URL, a config with its own spacing, 0.2 s frames each awaiting one reply, then eof."""
+    async with async_connect(uri) as websocket:
+        wf = wave.open(str(wav_path), "rb")
+        await websocket.send('{ "config" : { "sample_rate" : %d } }' % (wf.getframerate()))
+        buffer_size = int(wf.getframerate() * 0.2)  # 0.2 seconds of audio
+        while True:
+            data = wf.readframes(buffer_size)
+            if len(data) == 0:
+                break
+            await websocket.send(data)
+            replies.append(json.loads(await websocket.recv()))
+        await websocket.send('{"eof" : 1}')
+        replies.append(json.loads(await websocket.recv()))
+
+
+def test_vosk_dialect_at_the_root(fake_factory, speech, tmp_path):
+    """`burble serve --dialect vosk`: vosk-server's own client works against the root URL."""
+    audio, sr = speech
+    wav_path = tmp_path / "speech.wav"
+    with wave.open(str(wav_path), "wb") as wf:
+        wf.setnchannels(1)
+        wf.setsampwidth(2)
+        wf.setframerate(sr)
+        wf.writeframes(pcm16(audio))
+    with ServerThread(fake_factory, options_for_tests(dialect="vosk")) as server:
+        root = f"ws://127.0.0.1:{server.port}"  # how test.py names the server: no path at all
+        replies: list[dict] = []
+        asyncio.run(vosk_test_py(root, wav_path, replies))
+        # /ws keeps speaking the burble protocol next to it.
+        events = asyncio.run(stream_audio(audio[: int(1.5 * sr)], sr, ClientOptions(url=server.url, realtime=False)))
+        assert final_text(events)
+        assert server.wait_idle()
+    frames_sent = -(-len(audio) // int(0.2 * sr))
+    assert len(replies) == frames_sent + 1  # one reply per frame, and the final result
+    assert all(("partial" in r) != ("text" in r) for r in replies)
+    text = " ".join(r["text"] for r in replies if r.get("text"))
+    assert text.startswith("w")  # the fake recognizer's words
+    # Negative control: a default server's root speaks burble, which refuses the Vosk config.
+    refused: list[dict] = []
+    with ServerThread(FakeFactory(), options_for_tests()) as burble_root:
+        with pytest.raises(ConnectionClosed):
+            asyncio.run(vosk_test_py(f"ws://127.0.0.1:{burble_root.port}", wav_path, refused))
+    assert [(r.get("type"), r.get("code")) for r in refused] == [("error", "bad_message")]

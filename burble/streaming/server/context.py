@@ -1,0 +1,35 @@
+"""``SessionContext``: everything a session may use of the server that accepted it.
+
+A session never sees the ``AsrServer`` itself: it gets this small, read-only bundle, so the
+session and dialect modules import nothing above them (the server imports them, never the
+other way round) and a session can be built in a test without a server at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from burble.streaming.server.metrics import ServerMetrics
+from burble.streaming.server.options import ServerOptions
+from burble.streaming.server.recognizers import ComputeLimiter, RecognizerFactory
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    """What the server lends each of its sessions.
+
+    Attributes:
+      options: the server's options (limits, pipeline and VAD settings).
+      metrics: the server-wide counters the session adds to (errors, closes, events, totals).
+      limiter: the process-wide compute limiter every recognizer call waits on.
+      factory: makes the session's recognizer.
+      unregister: called with the session id once the session has ended and cleaned up, so
+        the server's count of open sessions returns to zero.
+    """
+
+    options: ServerOptions
+    metrics: ServerMetrics
+    limiter: ComputeLimiter
+    factory: RecognizerFactory
+    unregister: Callable[[str], None]
