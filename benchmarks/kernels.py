@@ -46,6 +46,34 @@ BACKENDS = ("triton", "torch")
 
 
 @dataclass(frozen=True)
+class WhisperAttentionDims:
+    """The attention shapes of one Whisper checkpoint (tests check them against its real weights).
+
+    Attributes:
+      checkpoint: the ``burble.load_model`` name whose shapes these are.
+      text_heads / audio_heads: decoder and encoder attention heads.
+      head_dim: width of one head (the same in both stacks).
+      text_ctx: decoder positions (the self-attention KV-cache capacity).
+      audio_ctx: encoder positions (the cross-attention keys, the encoder's sequence length).
+    """
+
+    checkpoint: str
+    text_heads: int
+    audio_heads: int
+    head_dim: int
+    text_ctx: int = 448
+    audio_ctx: int = 1500
+
+
+WHISPER = {
+    "whisper-tiny": WhisperAttentionDims("tiny.en", text_heads=6, audio_heads=6, head_dim=64),
+    "whisper-base": WhisperAttentionDims("base", text_heads=8, audio_heads=8, head_dim=64),
+}
+# A 0.5B decoder-only LM (Qwen2-0.5B-like: 14 query heads of 64): the codec-LM size wave 2 plans.
+LM_MODEL, LM_HEADS, LM_CONTEXT = "lm-0.5b", 14, 4096
+
+
+@dataclass(frozen=True)
 class DecodeShape:
     """One decode-attention call: ``q`` ``(batch, heads, q_len, 64)`` against ``cache_len`` keys.
 
@@ -98,30 +126,34 @@ class PrefillShape:
 
 def decode_shapes(quick: bool) -> list[DecodeShape]:
     shapes: list[DecodeShape] = []
-    for model, heads in (("whisper-tiny", 6), ("whisper-base", 8)):
+    for model, dims in WHISPER.items():
+        heads, ctx, width = dims.text_heads, dims.text_ctx, dims.head_dim
         for batch in (1, 5) if not quick else (5,):
-            for length in (64, 224, 448) if not quick else (224,):
-                shapes.append(DecodeShape(model, "self", batch, heads, length, capacity=448))
-            shapes.append(DecodeShape(model, "cross", batch, heads, 1500, capacity=1500))
+            for length in (64, ctx // 2, ctx) if not quick else (ctx // 2,):
+                shapes.append(DecodeShape(model, "self", batch, heads, length, capacity=ctx, head_dim=width))
+            shapes.append(DecodeShape(model, "cross", batch, heads, dims.audio_ctx, capacity=dims.audio_ctx, head_dim=width))
         if not quick:
-            shapes.append(DecodeShape(model, "self", 16, heads, 224, capacity=448))
-            shapes.append(DecodeShape(model, "verify", 1, heads, 224, capacity=448, q_len=9))
+            shapes.append(DecodeShape(model, "self", 16, heads, ctx // 2, capacity=ctx, head_dim=width))
+            shapes.append(DecodeShape(model, "verify", 1, heads, ctx // 2, capacity=ctx, q_len=9, head_dim=width))
     for batch in (1, 8) if not quick else (8,):
-        for length in (512, 1024, 2048, 4096) if not quick else (4096,):
-            shapes.append(DecodeShape("lm-0.5b", "self", batch, 14, length, capacity=4096))
+        for length in (512, 1024, 2048, LM_CONTEXT) if not quick else (LM_CONTEXT,):
+            shapes.append(DecodeShape(LM_MODEL, "self", batch, LM_HEADS, length, capacity=LM_CONTEXT))
     if not quick:
-        shapes.append(DecodeShape("lm-0.5b", "verify", 1, 14, 2048, capacity=4096, q_len=9))
+        shapes.append(DecodeShape(LM_MODEL, "verify", 1, LM_HEADS, 2048, capacity=LM_CONTEXT, q_len=9))
     return shapes
 
 
 def prefill_shapes(quick: bool) -> list[PrefillShape]:
-    shapes = [PrefillShape("whisper-tiny encoder", 1, 6, 1500, 1500, causal=False)]
+    tiny, base = WHISPER["whisper-tiny"], WHISPER["whisper-base"]
+    shapes = [PrefillShape("whisper-tiny encoder", 1, tiny.audio_heads, tiny.audio_ctx, tiny.audio_ctx, causal=False, head_dim=tiny.head_dim)]
     if not quick:
         shapes += [
-            PrefillShape("whisper-base encoder", 1, 8, 1500, 1500, causal=False),
-            PrefillShape("whisper-base encoder", 8, 8, 1500, 1500, causal=False),
-            PrefillShape("lm-0.5b prompt", 1, 14, 2048, 2048, causal=True),
-            PrefillShape("lm-0.5b prompt after cache", 4, 14, 512, 2048, causal=True),
+            PrefillShape("whisper-base encoder", batch, base.audio_heads, base.audio_ctx, base.audio_ctx, causal=False, head_dim=base.head_dim)
+            for batch in (1, 8)
+        ]
+        shapes += [
+            PrefillShape(f"{LM_MODEL} prompt", 1, LM_HEADS, 2048, 2048, causal=True),
+            PrefillShape(f"{LM_MODEL} prompt after cache", 4, LM_HEADS, 512, 2048, causal=True),
         ]
     return shapes
 
@@ -222,17 +254,24 @@ def machine_line(peak: Optional[float], copy: float) -> str:
 # -- measurements ------------------------------------------------------------------------------
 
 
+def decode_inputs(
+    shape: DecodeShape, dtype: torch.dtype, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(q, k, v)`` for one call of ``shape`` on the generator's device, laid out as burble's
+    decoder has them: keys and values are views of a ``capacity``-long cache."""
+    device = generator.device
+    q = torch.randn(shape.batch, shape.heads, shape.q_len, shape.head_dim, device=device, dtype=dtype, generator=generator)
+    cache = torch.randn(2, shape.kv_batch, shape.heads, shape.capacity, shape.head_dim, device=device, dtype=dtype, generator=generator)
+    k, v = cache[0, :, :, : shape.cache_len], cache[1, :, :, : shape.cache_len]
+    # Whisper's decoder expands the one audio's cross keys to the batch (stride 0): do the same.
+    return q, k.expand(shape.batch, -1, -1, -1), v.expand(shape.batch, -1, -1, -1)
+
+
 def bench_decode(shape: DecodeShape, dtype: torch.dtype, peak: Optional[float]) -> dict[str, str]:
     gen = torch.Generator(device="cuda").manual_seed(0)
     alloc = 2 * shape.kv_batch * shape.heads * shape.capacity * shape.head_dim * 2
     copies = copies_to_defeat_l2(shape.kv_bytes, alloc)
-    buffers = []
-    for _ in range(copies):
-        q = torch.randn(shape.batch, shape.heads, shape.q_len, shape.head_dim, device="cuda", dtype=dtype, generator=gen)
-        cache = torch.randn(2, shape.kv_batch, shape.heads, shape.capacity, shape.head_dim, device="cuda", dtype=dtype, generator=gen)
-        k, v = cache[0, :, :, : shape.cache_len], cache[1, :, :, : shape.cache_len]
-        # Whisper's decoder expands the one audio's cross keys to the batch (stride 0): do the same.
-        buffers.append((q, k.expand(shape.batch, -1, -1, -1), v.expand(shape.batch, -1, -1, -1)))
+    buffers = [decode_inputs(shape, dtype, gen) for _ in range(copies)]
     causal = shape.kind != "cross"
 
     row = {
@@ -321,7 +360,8 @@ def bench_whisper(
 ) -> list[dict[str, str]]:
     """Decoder tokens/s of a real Whisper checkpoint on real speech (examples/jfk.wav)."""
     import burble
-    from burble.asr.frontend import load_audio, log_mel_spectrogram, pad_or_trim
+    from burble.asr.frontend import log_mel_spectrogram, pad_or_trim
+    from burble.audio.io import load_audio
     from burble.asr.options import TranscribeOptions
     from burble.asr.whisper.model import WhisperTextModel
 

@@ -2,7 +2,8 @@
 
 The shared folder sits beside the repository (``<repo>/../shared``), in the development checkout
 and in the CI clone alike; ``BURBLE_SHARED`` points elsewhere. Tests that need it call
-:func:`require_shared` so a checkout without it skips with a clear reason instead of erroring.
+:func:`require_shared` so a checkout without it skips with a clear reason instead of erroring,
+except in CI (``CI=true``), where a missing folder fails: CI must run the tests on real audio.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from typing import List, Optional
 
 import numpy as np
 
-from burble.testing.audio import SAMPLE_RATE, read_audio
+from burble.audio import SAMPLE_RATE
+from burble.audio.io import load_audio
 
 ENV_SHARED = "BURBLE_SHARED"
+ENV_CI = "CI"
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class DevItem:
 
     def load(self, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
         """The audio as float32 mono at ``sample_rate``."""
-        return read_audio(self.audio_path, sample_rate)
+        return load_audio(self.audio_path, sample_rate)
 
 
 def _candidates() -> List[Path]:
@@ -81,13 +84,22 @@ def dev_audio_dir(required: bool = True) -> Optional[Path]:
     return None
 
 
+def running_in_ci() -> bool:
+    """Whether the ``CI`` environment variable says this is a CI run (``true``/``1``/``yes``)."""
+    return os.environ.get(ENV_CI, "").strip().lower() in ("true", "1", "yes")
+
+
 def require_shared(what: str = "dev-audio") -> Path:
-    """pytest helper: return ``<shared>/<what>`` or skip the calling test when it is absent."""
+    """pytest helper: return ``<shared>/<what>``; when it is absent, skip the calling test, or
+    fail it in CI (``CI=true``), where a skip would hide that the data tests never ran."""
     import pytest
 
     root = shared_dir(required=False)
     if root is None or not (root / what).exists():
-        pytest.skip(f"../shared/{what} not available (set {ENV_SHARED})")
+        reason = f"../shared/{what} not available (set {ENV_SHARED})"
+        if running_in_ci():
+            pytest.fail(f"{reason}; {ENV_CI}=true, so the shared data must be there", pytrace=False)
+        pytest.skip(reason)
     return root / what
 
 

@@ -1,4 +1,5 @@
 import asyncio
+import dataclasses
 import io
 import json
 import os
@@ -9,11 +10,11 @@ import time
 import numpy as np
 import pytest
 
-from burble.streaming.loop import Pipeline, PipelineOptions, asr_pipeline, run_until_interrupted
+from burble.streaming.loop import Pipeline, PipelineMetrics, PipelineOptions, asr_pipeline, run_until_interrupted
 from burble.streaming.sinks import JsonLinesSink
 from burble.streaming.sources import ArraySource
 from burble.streaming.stages import Endpoint, RecognizerStage, SinkStage, VADStage
-from burble.streaming.vad import SileroVAD, StreamingVAD, detect_speech
+from burble.audio.vad import SileroVAD, StreamingVAD, detect_speech
 
 from streaming_helpers import FakeRecognizer, ListSink
 
@@ -68,6 +69,10 @@ def test_fast_file_through_vad_feeds_exactly_the_speech(lj_speech, silero):
     assert metrics.dropped_seconds == 0
     assert metrics.events["endpoint"] == 2
     assert metrics.recognizer_audio_seconds == pytest.approx(sum(b - a for a, b in spans) / SR)
+    assert metrics.recognizer_calls == len(rec.calls)
+    assert metrics.events == {t: types.count(t) for t in ("partial", "final", "endpoint")}
+    # The fake recognizer returns at once: compute per second of audio is thread hand-offs only.
+    assert 0 < metrics.rtf < 0.05 and metrics.recognizer_seconds <= metrics.wall_seconds
 
 
 def test_without_vad_every_sample_is_accepted_once(lj_speech):
@@ -95,7 +100,27 @@ def test_slow_recognizer_on_live_audio_coalesces_and_reports_lag(lj_speech):
     assert len(accepts) <= 10  # ~9.7 s of audio in ~2 s pieces, not 48 chunks of 0.2 s
     assert max(c[2] for c in accepts) >= 1.0 * SR
     assert metrics.max_lag_seconds >= 1.0
-    assert metrics.rtf > 0
+    assert metrics.max_lag_seconds <= opts.buffer_seconds + opts.tick_seconds  # nothing dropped, so less than the buffer
+    check_compute_figures(metrics, rec, accept_seconds=0.25)
+    # Negative controls: a loop that timed its recognizer twice, or not at all, is caught.
+    for wrong in (2 * metrics.recognizer_seconds, 0.0):
+        with pytest.raises(AssertionError):
+            check_compute_figures(dataclasses.replace(metrics, recognizer_seconds=wrong), rec, accept_seconds=0.25)
+
+
+def check_compute_figures(metrics: PipelineMetrics, rec: FakeRecognizer, accept_seconds: float) -> None:
+    """The loop's compute figures against what the fake recognizer did: every ``accept`` slept
+    ``accept_seconds`` on the recognizer thread, other calls return at once, calls run one at a
+    time within the run, and the recognizer is the bottleneck (audio comes faster than it keeps up)."""
+    accepts = sum(1 for c in rec.calls if c[0] == "accept")
+    assert metrics.recognizer_calls == len(rec.calls)
+    assert metrics.recognizer_audio_seconds == pytest.approx(rec.accepted_samples / SR)
+    assert metrics.audio_seconds == pytest.approx(rec.accepted_samples / SR)  # nothing was dropped
+    busy = metrics.recognizer_seconds
+    assert accepts * accept_seconds <= busy <= metrics.wall_seconds
+    assert busy <= accepts * accept_seconds + 0.05 * len(rec.calls) + 0.5  # thread hand-offs only on top
+    assert busy >= 0.5 * metrics.wall_seconds  # the bottleneck was busy most of the run
+    assert metrics.rtf == pytest.approx(busy / metrics.audio_seconds)
 
 
 def test_overload_drops_oldest_audio_counts_it_and_bounds_lag(lj_speech, caplog):

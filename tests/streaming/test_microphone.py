@@ -2,14 +2,16 @@
 ``MicrophoneSource`` through PortAudio (no sound card needed; see burble.testing.virtual_mic)."""
 
 import asyncio
+import contextlib
 import time
 
 import numpy as np
 import pytest
 
-from burble.streaming.loop import PipelineOptions, asr_pipeline
+from burble.streaming.loop import Pipeline, PipelineOptions, asr_pipeline
 from burble.streaming.sources import AudioChunk, MicrophoneSource
-from burble.streaming.vad import VADOptions
+from burble.streaming.stages import Endpoint
+from burble.audio.vad import FRAME_SAMPLES, VADOptions
 from burble.testing.virtual_mic import VirtualMicrophone, unavailable_reason
 
 from streaming_helpers import SR, FakeRecognizer, ListSink, dev_audio, dev_path
@@ -79,33 +81,88 @@ def test_capture_matches_the_played_recording(vmic):
     assert len(captured) >= len(reference)
 
 
-def test_pipeline_on_the_microphone_gets_the_speech_and_an_endpoint(vmic):
-    reference, _ = dev_audio(ITEM)
+class EndpointTap:
+    """A stage after the VAD: records each Endpoint it passes on, with how much audio the
+    microphone had delivered by then and whether ``stop()`` had been called yet."""
+
+    def __init__(self, pipe: Pipeline) -> None:
+        self.pipe = pipe
+        self.stopped = False
+        self.seen: list[tuple[Endpoint, int, bool]] = []
+        self.fired = asyncio.Event()
+
+    async def process(self, items):
+        for item in items:
+            if isinstance(item, Endpoint):
+                self.seen.append((item, self.pipe.ring.end_index, self.stopped))
+                self.fired.set()
+        return items
+
+    async def flush(self):
+        return []
+
+
+def run_microphone_pipeline(vmic, vad: VADOptions, wait_for_endpoint: float):
+    """Play ITEM into the microphone through ``asr_pipeline``; after the playback, wait up to
+    ``wait_for_endpoint`` seconds for the VAD to end the utterance, then ``stop()``."""
     rec, sink = FakeRecognizer(), ListSink()
 
     async def main():
         mic = MicrophoneSource()
-        pipe = asr_pipeline(mic, rec, [sink], vad=VADOptions(), options=PipelineOptions(chunk_seconds=1.0))
+        pipe = asr_pipeline(mic, rec, [sink], vad=vad, options=PipelineOptions(chunk_seconds=1.0))
+        tap = EndpointTap(pipe)
+        pipe.stages.insert(1, tap)  # between the VAD and the recognizer
         run = asyncio.create_task(pipe.run())
         while mic.callbacks == 0:  # wait for the stream (opened by the pipeline) to deliver audio
             await asyncio.sleep(0.02)
         await asyncio.to_thread(vmic.play, dev_path(ITEM))
-        await asyncio.sleep(1.5)  # trailing silence: the VAD's rule 2 endpoint (0.8 s) fires
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(tap.fired.wait(), wait_for_endpoint)
+        tap.stopped = True
         pipe.stop()
-        return await run
+        return await run, tap
 
-    metrics = asyncio.run(main())
-    assert [c[0] for c in rec.calls].count("endpoint") >= 1
-    # Put the speech the recognizer got back on the stream's timeline (zeros where the VAD saw
-    # no speech): the played recording must be found there intact.
+    metrics, tap = asyncio.run(main())
+    return rec, sink, metrics, tap
+
+
+def test_pipeline_on_the_microphone_gets_the_speech_and_a_rule_2_endpoint(vmic):
+    reference, _ = dev_audio(ITEM)
+    vad = VADOptions()
+    rec, sink, metrics, tap = run_microphone_pipeline(vmic, vad, wait_for_endpoint=3 * vad.silence_after_speech_seconds)
+
+    # The endpoint came from the VAD's rule 2 while the microphone was still capturing, not from
+    # stop(), which flushes one of its own ("end_of_stream") for an utterance still open.
+    assert [(e.reason, stopped) for e, _, stopped in tap.seen] == [("silence", False)], tap.seen
+    endpoint, captured_by_then, _ = tap.seen[0]
+    # Rule 2 needs its trailing silence captured first: the endpoint sits a hangover past the last
+    # speech, and the microphone had delivered the rule's silence after that speech before it fired.
+    speech_end = endpoint.at_sample - int(vad.hangover_seconds * SR)
+    frame = FRAME_SAMPLES
+    assert captured_by_then - speech_end >= int(vad.silence_after_speech_seconds * SR) - frame
+    # ... and it closes the played recording: after its speech, not beyond its end.
     end = max(start + len(x) for start, x in rec.audio)
     timeline = np.zeros(end, np.float32)
-    for start, x in rec.audio:
+    for start, x in rec.audio:  # the speech the recognizer got, on the stream's timeline
         timeline[start : start + len(x)] = x
     lag, corr = locate(timeline, reference)
-    assert corr > 0.99
+    assert corr > 0.99  # the played recording is there intact
+    assert lag + 0.8 * len(reference) <= endpoint.at_sample <= lag + len(reference) + int(vad.hangover_seconds * SR) + frame
+    assert [c for c in rec.calls if c[0] == "endpoint"] == [("endpoint", endpoint.at_sample)]
+    assert rec.calls[-1] == ("flush",)  # stop() flushed, and had no utterance left to end
+
     speech = sum(len(x) for _, x in rec.audio)
     assert 0.8 * len(reference) <= speech <= len(reference) + int(1.0 * SR)  # pauses out, pre-roll in
     assert metrics.dropped_seconds == 0
-    assert sink.closed and sink.events[-1].type == "endpoint"
+    assert sink.closed and [e.type for e in sink.events].count("endpoint") == 1 and sink.events[-1].type == "endpoint"
     assert all(e.emitted_at is not None for e in sink.events)
+
+
+def test_negative_control_without_rule_2_only_stop_ends_the_utterance(vmic):
+    """The same run with rule 2 out of reach (60 s of silence needed): the old assertions (an
+    endpoint reached the recognizer, the last event is an endpoint) still hold, because stop()
+    flushed one; the check above tells them apart."""
+    vad = VADOptions(silence_after_speech_seconds=60.0, silence_no_speech_seconds=60.0)
+    rec, sink, _, tap = run_microphone_pipeline(vmic, vad, wait_for_endpoint=1.5)
+    assert [c[0] for c in rec.calls].count("endpoint") >= 1 and sink.events[-1].type == "endpoint"
+    assert [(e.reason, stopped) for e, _, stopped in tap.seen] == [("end_of_stream", True)]

@@ -66,32 +66,46 @@ def test_bad_manifest_line_is_reported(fake_shared):
         dev_audio_items()
 
 
-def test_missing_shared_skips(tmp_path, monkeypatch):
+def test_missing_shared_skips_outside_ci(tmp_path, monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
     monkeypatch.setenv(dev_audio.ENV_SHARED, str(tmp_path / "absent"))
     assert shared_dir(required=False) is None
     with pytest.raises(FileNotFoundError, match="BURBLE_SHARED"):
         shared_dir()
+    with pytest.raises(pytest.skip.Exception, match="not available"):
+        require_shared()
+    monkeypatch.setenv("CI", "false")  # a CI variable that says "not CI" still skips
     with pytest.raises(pytest.skip.Exception):
         require_shared()
 
 
-def test_real_manifest_matches_audio():
-    require_shared("dev-audio")
-    items = dev_audio_items()
-    assert len(items) >= 20
-    assert {it.subset for it in items} == {"short", "long"}
-    for it in items:
-        info = sf.info(str(it.audio_path))
-        assert info.samplerate == 16000 and info.channels == 1
-        assert info.duration == pytest.approx(it.duration_s, abs=0.01), it.id
-        assert it.text and it.text_normalized == it.text_normalized.lower()
-    long = dev_item("long_kathleen_20prompts")
-    assert long.subset == "long" and long.duration_s > 60
+@pytest.mark.parametrize("ci", ["true", "TRUE", "1"])
+def test_missing_shared_fails_in_ci(tmp_path, monkeypatch, ci):
+    monkeypatch.setenv("CI", ci)
+    monkeypatch.setenv(dev_audio.ENV_SHARED, str(tmp_path / "absent"))
+    with pytest.raises(pytest.fail.Exception, match="CI=true"):
+        require_shared()
 
 
-def test_untranscribed_item_loads_at_16k():
-    require_shared("dev-audio")
-    (item,) = untranscribed_items()
-    audio = item.load()
-    assert len(audio) / 16000 == pytest.approx(item.duration_s, abs=0.01)
-    assert np.sqrt(np.mean(audio**2)) > 0.01  # real speech, not silence
+def test_missing_subfolder_fails_in_ci_and_present_data_passes(fake_shared, monkeypatch):
+    monkeypatch.setenv("CI", "true")
+    assert require_shared("dev-audio") == fake_shared  # present: no skip, no failure
+    with pytest.raises(pytest.fail.Exception, match="shared/voices not available"):
+        require_shared("voices")
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="shared/voices not available"):
+        require_shared("voices")
+
+
+def test_without_the_env_override_the_folder_beside_the_repository_is_used(tmp_path, monkeypatch):
+    """The default search starts at ``<repo>/../shared``; a checkout without any fails in CI."""
+    monkeypatch.delenv(dev_audio.ENV_SHARED, raising=False)
+    repo = Path(dev_audio.__file__).resolve().parents[2]
+    assert dev_audio._candidates()[0] == repo.parent / "shared"
+    (tmp_path / "repo").mkdir()
+    monkeypatch.setattr(dev_audio, "_candidates", lambda: [tmp_path / "repo" / ".." / "shared"])
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception):
+        require_shared()
+    (tmp_path / "shared" / "dev-audio").mkdir(parents=True)
+    assert require_shared() == (tmp_path / "shared" / "dev-audio").resolve()
