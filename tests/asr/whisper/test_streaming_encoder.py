@@ -15,6 +15,7 @@ import burble
 from burble.asr.frontend import log_mel_spectrogram
 from burble.asr.whisper.streaming_encoder import (
     EncoderOutput,
+    EncoderState,
     StreamingEncoder,
     StreamingEncoderOptions,
     conv_ready_frames,
@@ -58,7 +59,7 @@ def _pieces(total: int, seed: int, largest: int = 90) -> list[tuple[int, int]]:
     return spans
 
 
-def _stream(encoder: StreamingEncoder, mel: torch.Tensor, seed: int = 1) -> tuple[object, EncoderOutput]:
+def _stream(encoder: StreamingEncoder, mel: torch.Tensor, seed: int = 1) -> tuple[EncoderState, EncoderOutput]:
     state = encoder.new_state(batch_size=1 if mel.dim() == 2 else mel.shape[0])
     outputs = [encoder.step(state, mel[..., a:b], return_layers=True) for a, b in _pieces(mel.shape[-1], seed)]
     for previous, current in zip(outputs, outputs[1:]):
