@@ -46,12 +46,39 @@ def log_mel_spectrogram(audio: np.ndarray | torch.Tensor, *, n_mels: int = 80, p
     tensor = torch.as_tensor(audio, dtype=torch.float32)
     if padding:
         tensor = torch.nn.functional.pad(tensor, (0, padding))
-    window = torch.hann_window(N_FFT)
-    stft = torch.stft(tensor, N_FFT, HOP_LENGTH, window=window, return_complex=True)
-    magnitudes = stft[..., :-1].abs() ** 2
-    mel = mel_filters(n_mels) @ magnitudes
-    log_spec = torch.clamp(mel, min=1e-10).log10()
-    log_spec = torch.maximum(log_spec, log_spec.max() - 8.0)
+    # Whisper drops the last STFT frame (the one centred past the end of the audio).
+    log_spec = log_mel_from_power(power_spectrum(tensor)[..., :-1], n_mels)
+    return scale_log_mel(log_spec, log_spec.max())
+
+
+def power_spectrum(samples: torch.Tensor, *, center: bool = True) -> torch.Tensor:
+    """``|STFT|^2`` ``(N_FFT // 2 + 1, n_frames)`` with Whisper's Hann window and hop.
+
+    Args:
+      samples: 1-D float32 samples.
+      center: reflect-pad ``N_FFT // 2`` samples at both ends (Whisper's framing, frame ``k``
+        centred on sample ``k * HOP_LENGTH``); ``False`` frames the samples as given, which is how
+        the streaming frontend computes frames whose window it already holds.
+    """
+    stft = torch.stft(samples, N_FFT, HOP_LENGTH, window=torch.hann_window(N_FFT), center=center, return_complex=True)
+    return stft.abs() ** 2
+
+
+def log_mel_from_power(power: torch.Tensor, n_mels: int = 80) -> torch.Tensor:
+    """Unclamped ``log10`` mel energies ``(n_mels, n_frames)`` of a power spectrum (floored at 1e-10)."""
+    mel = mel_filters(n_mels) @ power
+    return torch.clamp(mel, min=1e-10).log10()
+
+
+def scale_log_mel(log_spec: torch.Tensor, peak: torch.Tensor | float) -> torch.Tensor:
+    """Whisper's dynamic-range clamp (8 below ``peak``, in log10 units) and scaling to about [-1, 1].
+
+    Args:
+      log_spec: :func:`log_mel_from_power` output.
+      peak: the maximum the clamp is relative to: the whole input's offline, the running maximum
+        of what has been seen in :mod:`burble.asr.streaming_frontend`.
+    """
+    log_spec = torch.maximum(log_spec, torch.as_tensor(peak, dtype=log_spec.dtype) - 8.0)
     return (log_spec + 4.0) / 4.0
 
 
