@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
+import json
 import os
 import platform
 import shlex
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS_MD = ROOT / "BENCHMARKS.md"
@@ -55,3 +61,64 @@ def append_section(title: str, body: str, *, machine: str, write: bool = True) -
             BENCHMARKS_MD.write_text("# Benchmarks\n\nEach section is appended by the script named in it.\n\n")
         with open(BENCHMARKS_MD, "a", encoding="utf-8") as out:
             out.write("\n" + text)
+
+
+def add_baseline_options(parser: argparse.ArgumentParser) -> None:
+    """``--baseline-ref`` and the hidden worker options that :func:`measure_at_ref` passes."""
+    parser.add_argument(
+        "--baseline-ref", metavar="REF",
+        help="also measure burble at git REF (a temporary worktree) and print 'before (REF)' and 'after' rows",
+    )
+    parser.add_argument("--worker-audio", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-output", help=argparse.SUPPRESS)
+
+
+def write_worker_output(path: str, result: Any) -> None:
+    """What a worker run hands back to :func:`measure_at_ref`: its result and where burble came from."""
+    import burble
+
+    Path(path).write_text(json.dumps({"burble": burble.__file__, "result": result}))
+
+
+def measure_at_ref(ref: str, script: str, argv: Sequence[str], audio: Mapping[str, np.ndarray]) -> Any:
+    """Run ``script argv`` as a worker against burble at git ``ref``; return the worker's result.
+
+    ``ref`` is checked out as a temporary ``git worktree`` under the system temp folder and put first
+    on ``PYTHONPATH``; the script is this working tree's (so both runs measure the same way), and it
+    gets its audio as arrays (``--worker-audio``) so that it needs nothing from burble at ``ref`` but
+    the model and the recognizer.
+    """
+    with tempfile.TemporaryDirectory(prefix="burble-baseline-") as scratch:
+        tree = Path(scratch) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), ref], check=True, capture_output=True)
+        try:
+            np.savez(Path(scratch) / "audio.npz", **audio)
+            output = Path(scratch) / "result.json"
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH")) if p))
+            command = [sys.executable, script, *argv, "--worker-audio", str(Path(scratch) / "audio.npz"), "--worker-output", str(output)]
+            subprocess.run(command, check=True, env=env)
+            answer = json.loads(output.read_text())
+            if not Path(answer["burble"]).resolve().is_relative_to(tree.resolve()):
+                raise RuntimeError(f"the baseline run imported burble from {answer['burble']}, not from {tree}")
+            return answer["result"]
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False, capture_output=True)
+
+
+def worker_argv(argv: Sequence[str]) -> list[str]:
+    """The command line minus ``--baseline-ref REF`` (a worker measures, it does not recurse)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--baseline-ref":
+            skip = True
+        elif not arg.startswith("--baseline-ref="):
+            out.append(arg)
+    return out
+
+
+def short_ref(ref: str) -> str:
+    """``ref`` as given, with its short commit id (the row label of a baseline run)."""
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", ref], capture_output=True, text=True).stdout.strip()
+    return ref if not commit or commit == ref else f"{ref} = {commit}"

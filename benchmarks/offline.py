@@ -4,6 +4,11 @@ Prints WER, RTF and the time ratio per model and per subset (short clips, the 80
 recordings), then a profile of where burble's time goes, and appends the table to BENCHMARKS.md.
 
     python benchmarks/offline.py [--models tiny.en base] [--beam-size 1] [--threads 2] [--no-write]
+        [--baseline-ref REF] [--limit N]
+
+``--baseline-ref REF`` adds a ``burble fp32 before (REF)`` row per subset, measured in a subprocess
+against a temporary worktree of REF, beside ``burble fp32 after (working tree)``: one run gives a
+change's before/after rows. ``--limit N`` takes only the first N files (a quick check of the script).
 """
 
 from __future__ import annotations
@@ -18,14 +23,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import burble  # noqa: E402
-from burble.audio.io import load_audio  # noqa: E402
-from burble.metrics.wer import corpus_wer  # noqa: E402
-from burble.testing import dev_audio_items, untranscribed_items  # noqa: E402
-from burble.testing.peers import faster_whisper_model  # noqa: E402
-from common import append_section, machine_description, markdown_table  # noqa: E402
+from common import add_baseline_options, append_section, machine_description, markdown_table  # noqa: E402
+from common import measure_at_ref, short_ref, worker_argv, write_worker_output  # noqa: E402
+
+WARM_UP_ID = "jfk_inaugural_ask_not"
+WARM_UP_KEY = "__warm_up__"  # the warm-up clip among a worker's arrays (not timed)
 
 
 def run_burble(asr, audio, beam_size):
@@ -41,6 +47,27 @@ def subset_of(item) -> str:
     return "long" if item.duration_s > 60 else "short"
 
 
+def measure_burble(name: str, audio: dict[str, np.ndarray], beam_size: int, repeats: int) -> dict[str, list]:
+    """``{id: [best seconds, text]}`` for every clip but the warm-up one (:data:`WARM_UP_KEY`).
+
+    Uses only ``burble.load_model`` and ``transcribe``, which every baseline ref has, so it also
+    runs as a ``--baseline-ref`` worker.
+    """
+    asr = burble.load_model(name)
+    run_burble(asr, audio[WARM_UP_KEY], beam_size)  # warm-up (first-call compilation, allocator pools)
+    results = {}
+    for clip_id, samples in audio.items():
+        if clip_id == WARM_UP_KEY:
+            continue
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            text = run_burble(asr, samples, beam_size)
+            best = min(best, time.perf_counter() - start)
+        results[clip_id] = [best, text]
+    return results
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=["tiny.en"])
@@ -48,41 +75,70 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=1, help="time each file this many times (min is kept)")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--limit", type=int, help="only the first N files (a quick check of the script)")
+    add_baseline_options(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.worker_output:  # a baseline run (see measure_at_ref): burble only, on the parent's audio
+        audio = dict(np.load(args.worker_audio))
+        write_worker_output(args.worker_output, {name: measure_burble(name, audio, args.beam_size, args.repeats) for name in args.models})
+        return 0
+    from burble.audio.io import load_audio
+    from burble.metrics.wer import corpus_wer
+    from burble.testing import dev_audio_items, untranscribed_items
+    from burble.testing.peers import faster_whisper_model
+
     machine = machine_description()
-    items = dev_audio_items() + untranscribed_items()
+    items = (dev_audio_items() + untranscribed_items())[: args.limit]
     audio = {item.id: load_audio(str(item.audio_path)) for item in items}
+    warm_up_item = next(item for item in dev_audio_items() if item.id == WARM_UP_ID)
+    warm_up = audio[WARM_UP_ID] if WARM_UP_ID in audio else load_audio(str(warm_up_item.audio_path))
+    before = {}
+    if args.baseline_ref:
+        command = worker_argv(sys.argv[1:] if argv is None else argv)
+        before = measure_at_ref(args.baseline_ref, __file__, command, {**audio, WARM_UP_KEY: warm_up})
+    ours = "burble fp32 after (working tree)" if args.baseline_ref else "burble fp32"
     rows, profiles = [], []
     for name in args.models:
         asr = burble.load_model(name)
         systems = {
-            "burble fp32": lambda a, asr=asr: run_burble(asr, a, args.beam_size),
+            ours: lambda a, asr=asr: run_burble(asr, a, args.beam_size),
             "faster-whisper fp32": lambda a, m=faster_whisper_model(name, "float32", args.threads): run_peer(m, a, args.beam_size),
             "faster-whisper int8": lambda a, m=faster_whisper_model(name, "int8", args.threads): run_peer(m, a, args.beam_size),
         }
         for system in systems.values():  # warm-up (first-call compilation, allocator pools)
-            system(audio["jfk_inaugural_ask_not"])
-        results = {s: {"short": [0.0, 0.0, []], "long": [0.0, 0.0, []]} for s in systems}
+            system(warm_up)
+        labels = ([f"burble fp32 before ({short_ref(args.baseline_ref)})"] if before else []) + list(systems)
+        results = {s: {"short": [0.0, 0.0, []], "long": [0.0, 0.0, []]} for s in labels}
+
+        def record(system: str, item, seconds: float, text: str) -> None:
+            cell = results[system][subset_of(item)]
+            cell[0] += seconds
+            cell[1] += item.duration_s
+            if item.text:
+                cell[2].append((item.text, text))
+
         for item in items:
+            if before and item.id in before[name]:
+                record(labels[0], item, *before[name][item.id])
             for system, fn in systems.items():
                 best = float("inf")
                 for _ in range(args.repeats):
                     start = time.perf_counter()
                     text = fn(audio[item.id])
                     best = min(best, time.perf_counter() - start)
-                cell = results[system][subset_of(item)]
-                cell[0] += best
-                cell[1] += item.duration_s
-                if item.text:
-                    cell[2].append((item.text, text))
+                record(system, item, best, text)
             print(f"{name} {item.id}: done", file=sys.stderr)
         for subset in ("short", "long"):
             base_time = results["faster-whisper fp32"][subset][0]
-            for system in systems:
+            if not base_time:
+                continue  # no file of this subset (--limit)
+            for system in labels:
                 seconds, audio_seconds, pairs = results[system][subset]
                 wer = f"{100 * corpus_wer(pairs):.1f}%" if pairs else "n/a"
                 rows.append([name, subset, system, f"{audio_seconds:.0f}", wer, f"{seconds:.1f}", f"{seconds / audio_seconds:.3f}", f"{seconds / base_time:.2f}"])
+        if "long_kathleen_20prompts" not in audio:
+            continue  # --limit left the profiled recording out
         profile = cProfile.Profile()
         profile.enable()
         run_burble(asr, audio["long_kathleen_20prompts"], args.beam_size)

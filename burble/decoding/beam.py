@@ -29,6 +29,27 @@ def length_normalised_score(sum_logprob: float, length: int, length_penalty: Opt
     return sum_logprob / max(penalty, 1e-9)
 
 
+def _ranked_candidates(
+    scores: torch.Tensor, logprobs: torch.Tensor, per_row: int
+) -> list[tuple[float, int, int, float]]:
+    """The ``per_row`` best continuations of every row, best first: ``(score, row, token, log p)``.
+
+    Equal scores keep row-major order (row, then rank within the row), as a stable sort of the
+    rows' top-k lists does. The ranking runs as tensor ops and the table crosses to the host in
+    one transfer (not one synchronising ``float()`` per candidate).
+    """
+    top_scores, top_tokens = scores.topk(per_row, dim=-1)
+    flat_scores = top_scores.flatten()
+    order = flat_scores.sort(descending=True, stable=True).indices
+    rows = torch.div(order, per_row, rounding_mode="floor")
+    tokens = top_tokens.flatten()[order]
+    step_logprobs = logprobs[rows, tokens]
+    # float64 holds token ids exactly, so one tensor (one device-to-host copy) carries the table.
+    columns = (flat_scores[order], rows, tokens, step_logprobs)
+    table = torch.stack([column.to(torch.float64) for column in columns], dim=1)
+    return [(score, int(row), int(token), step_lp) for score, row, token, step_lp in table.tolist()]
+
+
 def beam_search(
     model: AutoregressiveModel,
     prompt: torch.Tensor,
@@ -62,7 +83,7 @@ def beam_search(
         stats.target_passes += 1
     cache.reorder(torch.zeros(beam, dtype=torch.long))
     sequences = prompt.repeat(beam, 1)
-    sum_logprobs = torch.zeros(beam, dtype=torch.float64)
+    sum_logprobs = torch.zeros(beam, dtype=torch.float64, device=prompt.device)
     # Before the first step all rows are the same hypothesis: count it once.
     sum_logprobs[1:] = float("-inf")
     token_logprobs: list[list[float]] = [[] for _ in range(beam)]
@@ -85,19 +106,14 @@ def beam_search(
             # Fusion scores join after the softmax (log p_AM + alpha log p_LM + beta): added to the
             # logits, a bonus shared by every word-ending token would be normalised away.
             scores = scores + scorer.score(sequences, logprobs.shape[-1]).to(scores)
-        top_scores, top_tokens = scores.topk(min(beam + 1, scores.shape[-1]), dim=-1)
-        candidates = sorted(
-            ((float(top_scores[r, j]), r, int(top_tokens[r, j])) for r in range(beam) for j in range(top_tokens.shape[1])),
-            key=lambda c: -c[0],
-        )
+        candidates = _ranked_candidates(scores, logprobs, min(beam + 1, scores.shape[-1]))
         keep_rows: list[int] = []
         keep_tokens: list[int] = []
         keep_scores: list[float] = []
         keep_logprobs: list[list[float]] = []
-        for score, row, token in candidates:
+        for score, row, token, step_lp in candidates:
             if score == float("-inf"):
                 break
-            step_lp = float(logprobs[row, token])
             if token == eos:
                 # Only an end that ranks above the beam's last live continuation counts as finished
                 # (Whisper's rule): collecting every end-of-text in the top beam+1 of *any* row would
@@ -119,10 +135,10 @@ def beam_search(
             keep_tokens.append(keep_tokens[0])
             keep_scores.append(float("-inf"))
             keep_logprobs.append(list(keep_logprobs[0]))
-        index = torch.tensor(keep_rows)
+        index = torch.tensor(keep_rows, device=sequences.device)
         cache.reorder(index)
-        sequences = torch.cat([sequences[index], torch.tensor(keep_tokens)[:, None].to(sequences.device)], dim=1)
-        sum_logprobs = torch.tensor(keep_scores, dtype=torch.float64)
+        sequences = torch.cat([sequences[index], torch.tensor(keep_tokens, device=sequences.device)[:, None]], dim=1)
+        sum_logprobs = torch.tensor(keep_scores, dtype=torch.float64, device=logprobs.device)
         token_logprobs = keep_logprobs
         if cache.length + 1 >= cache.max_length:
             break

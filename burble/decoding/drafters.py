@@ -11,7 +11,6 @@ verifies each draft against the target (greedy or by rejection sampling).
 * :class:`ModelDrafter` runs a smaller model sharing the tokenizer, with its own KV cache; the
   early-exit self-draft is a :class:`ModelDrafter` over a view of the target that runs only its
   first layers (the ASR model provides that view).
-* :class:`FirstOfDrafter` asks several drafters in turn and takes the first non-empty draft.
 
 Copy-based drafters return one-hot drafts (``probs=None``): the verifier then accepts a token with
 probability ``p(x)``, which is lossless whatever produced the token.
@@ -25,10 +24,7 @@ import torch
 
 from burble.decoding.kv_cache import KVCache
 from burble.decoding.model import AutoregressiveModel
-from burble.decoding.speculative import Draft, Drafter, TargetRule
-
-DRAFTER_NAMES = ("off", "ngram", "previous", "self", "model")
-
+from burble.decoding.speculative import Draft, TargetRule
 
 def _last_match(haystack: Sequence[int], pattern: Sequence[int], end: int) -> int:
     """Start of the last occurrence of ``pattern`` in ``haystack`` that starts before ``end``
@@ -268,68 +264,3 @@ class ModelDrafter:
         self.cache = None
         self._cached = []
         self._granted = float("inf")
-
-
-class FirstOfDrafter:
-    """Ask drafters in order and return the first non-empty draft (e.g. previous -> n-gram -> model)."""
-
-    def __init__(self, drafters: Sequence[Drafter]) -> None:
-        if not drafters:
-            raise ValueError("FirstOfDrafter needs at least one drafter")
-        self.drafters = list(drafters)
-
-    def propose(self, tokens: Sequence[int], k: int, rule: TargetRule) -> Draft:
-        for drafter in self.drafters:
-            draft = drafter.propose(tokens, k, rule)
-            if draft.tokens:
-                return draft
-        return Draft([])
-
-
-def make_drafter(
-    name: str,
-    *,
-    draft_model: Optional[AutoregressiveModel] = None,
-    sample: bool = False,
-    generator: Optional[torch.Generator] = None,
-    hint_tokens: Optional[Sequence[int]] = None,
-    previous_tokens: Optional[Sequence[int]] = None,
-    ngram_max: int = 3,
-    ngram_min: int = 1,
-    eos_token_id: Optional[int] = None,
-    max_length: Optional[int] = None,
-) -> Optional[Drafter]:
-    """Build a drafter by name (the values of the ``--speculative`` option).
-
-    Args:
-      name: ``off`` (no drafter: plain AR decoding), ``ngram`` (prompt lookup), ``previous``
-        (previous hypothesis), ``self`` (early-exit self-draft: ``draft_model`` must be the
-        target's first-layers view) or ``model`` (``draft_model`` is a smaller model).
-      draft_model: the model of ``self``/``model``.
-      sample: ``self``/``model`` sample drafts and return ``q`` (sampling decodes only).
-      generator: random source of sampled drafts.
-      hint_tokens: extra tokens for ``ngram`` to copy from.
-      previous_tokens: the earlier hypothesis for ``previous``.
-      ngram_max, ngram_min: n-gram lengths of ``ngram``.
-      eos_token_id: end-of-sequence id (model drafters stop drafting after it).
-      max_length: capacity limit of a model drafter's cache.
-
-    Returns:
-      The drafter, or ``None`` for ``off``.
-    """
-    if name == "off":
-        return None
-    if name == "ngram":
-        return PromptLookupDrafter(ngram_max=ngram_max, ngram_min=ngram_min, hint_tokens=hint_tokens)
-    if name == "previous":
-        if previous_tokens is None:
-            raise ValueError("the 'previous' drafter needs previous_tokens")
-        return PreviousHypothesisDrafter(previous_tokens, resync_ngram=ngram_max)
-    if name in ("self", "model"):
-        if draft_model is None:
-            what = "the target's early-exit view" if name == "self" else "a draft model"
-            raise ValueError(f"the {name!r} drafter needs draft_model ({what})")
-        return ModelDrafter(
-            draft_model, sample=sample, generator=generator, eos_token_id=eos_token_id, max_length=max_length
-        )
-    raise ValueError(f"unknown drafter {name!r}; choose one of {', '.join(DRAFTER_NAMES)}")

@@ -64,6 +64,25 @@ def _working_precision(logits: torch.Tensor) -> torch.Tensor:
     return logits if logits.dtype == torch.float64 else logits.float()
 
 
+def _emitted_with_logprobs(
+    processed: torch.Tensor, accepted: list[int], verified: int | torch.Tensor
+) -> tuple[list[list[int]], list[list[float]]]:
+    """Each row's emitted tokens (``accepted`` draft, then the verifier's token) and their log-probs.
+
+    ``verified`` is a host int after a drafted pass (batch 1) or a ``(B,)`` device tensor. Tokens and
+    log-probs come back to the host together, in one transfer per pass.
+    """
+    if isinstance(verified, int):
+        ids = torch.tensor([accepted + [verified]], device=processed.device)
+    else:
+        ids = verified[:, None]
+    width = ids.shape[1]
+    step_logprobs = F.log_softmax(processed[:, :width], dim=-1).gather(2, ids[:, :, None]).squeeze(2)
+    # float64 holds token ids exactly and every float32 log-prob, so one tensor carries both.
+    host = torch.cat([ids.to(torch.float64), step_logprobs.to(torch.float64)], dim=1).tolist()
+    return [[int(t) for t in row[:width]] for row in host], [row[width:] for row in host]
+
+
 def generate(
     model: AutoregressiveModel,
     prompt: torch.Tensor,
@@ -113,8 +132,13 @@ def generate(
     if prompt_len > 1:
         probe.see(0, model.forward(prompt[:, :-1], cache))
         stats.target_passes += 1
-    sequence = prompt.clone()
-    pending = prompt[:, -1:]
+    # Every row's tokens live in one preallocated buffer: ``history[:, :length]`` is the sequence so
+    # far and a pass writes its draft just after it, so each verified position's prefix is a view
+    # (no ``torch.cat`` per position or per pass). Row 0 is mirrored on the host for the drafter.
+    history = torch.empty((batch, prompt_len + options.max_new_tokens + k_max + 1), dtype=prompt.dtype, device=device)
+    history[:, :prompt_len] = prompt
+    length = prompt_len
+    host_row = prompt[0].tolist()
     tokens: list[list[int]] = [[] for _ in range(batch)]
     logprobs: list[list[float]] = [[] for _ in range(batch)]
     finished = [False] * batch
@@ -125,13 +149,13 @@ def generate(
         draft_tokens: list[int] = []
         draft_probs = None
         if drafter is not None and min(k_max, room) > 0:
-            draft = drafter.propose(sequence[0].tolist(), min(k_max, room), rule)
+            draft = drafter.propose(list(host_row), min(k_max, room), rule)
             draft_tokens = list(draft.tokens[: min(k_max, room)])
             if draft.probs is not None:
                 draft_probs = draft.probs[: len(draft_tokens)]
-        step_input = pending
         if draft_tokens:
-            step_input = torch.cat([pending, torch.tensor([draft_tokens], device=device)], dim=1)
+            history[:, length : length + len(draft_tokens)] = torch.tensor(draft_tokens, device=device)
+        step_input = history[:, length - 1 : length + len(draft_tokens)]
         start = cache.length
         logits = model.forward(step_input, cache)
         stats.target_passes += 1
@@ -139,49 +163,44 @@ def generate(
 
         processed = _working_precision(logits).clone()
         for j in range(step_input.shape[1]):
-            prefix = sequence
-            if j:
-                prefix = torch.cat([sequence, step_input[:, 1 : j + 1]], dim=1)
-            apply_processors(processors, processed[:, j], prefix)
+            apply_processors(processors, processed[:, j], history[:, : length + j])
 
+        # ``verified`` is the verifier's token on the host (drafted passes) or per row on the device.
+        verified: int | torch.Tensor
         if options.temperature == 0:
             if draft_tokens:
-                n_accepted, nxt = verify_greedy(draft_tokens, processed[0])
-                next_tokens = torch.tensor([nxt], device=device)
+                n_accepted, verified = verify_greedy(draft_tokens, processed[0])
             else:
-                n_accepted, next_tokens = 0, processed[:, 0].argmax(dim=-1)
+                n_accepted, verified = 0, processed[:, 0].argmax(dim=-1)
         else:
             probs = warp(processed, temperature=options.temperature, top_k=options.top_k, top_p=options.top_p)
             if draft_tokens:
-                n_accepted, nxt = verify_sampling(draft_tokens, draft_probs, probs[0], generator)
-                next_tokens = torch.tensor([nxt], device=device)
+                n_accepted, verified = verify_sampling(draft_tokens, draft_probs, probs[0], generator)
             else:
                 n_accepted = 0
-                next_tokens = torch.multinomial(probs[:, 0], 1, generator=generator).squeeze(1)
+                verified = torch.multinomial(probs[:, 0], 1, generator=generator).squeeze(1)
         stats.record_round(len(draft_tokens), n_accepted)
 
         # Rows: accepted draft prefix then the verifier's token; log-probs under the processed logits.
-        emitted = [draft_tokens[:n_accepted] + [int(next_tokens[b])] for b in range(batch)]
-        step_logprobs = F.log_softmax(processed[:, : n_accepted + 1], dim=-1)
+        emitted, emitted_logprobs = _emitted_with_logprobs(processed, draft_tokens[:n_accepted], verified)
         for b in range(batch):
             if finished[b]:
                 continue
-            for j, token in enumerate(emitted[b]):
+            for token, logprob in zip(emitted[b], emitted_logprobs[b]):
                 if len(tokens[b]) >= options.max_new_tokens:
                     break
-                logprobs[b].append(float(step_logprobs[b, j, token]))
+                logprobs[b].append(logprob)
                 if eos is not None and token == eos:
                     finished[b] = True
                     break
                 tokens[b].append(token)
         cache.truncate(start + 1 + n_accepted)
-        new = torch.tensor([row for row in emitted], device=device)
-        if eos is not None:
-            # Finished rows keep feeding end-of-sequence so the batch stays rectangular.
-            done = torch.tensor(finished, device=device)
-            new = torch.where(done[:, None], torch.full_like(new, eos), new)
-        sequence = torch.cat([sequence, new], dim=1)
-        pending = new[:, -1:]
+        width = n_accepted + 1
+        # Finished rows keep feeding end-of-sequence so the batch stays rectangular.
+        new = [[eos] * width if done else row for done, row in zip(finished, emitted)]
+        history[:, length : length + width] = torch.tensor(new, device=device)
+        length += width
+        host_row.extend(new[0])
 
     stats.generated = sum(len(t) for t in tokens)
     stats.decoder_seconds = time.perf_counter() - started

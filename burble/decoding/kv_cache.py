@@ -5,6 +5,12 @@ The cache holds one ``(B, H, max_length, D)`` key and value tensor per layer. Wr
 Because positions are indices, rolling back rejected speculative tokens is just ``truncate(n)``
 (nothing is copied), and beam search reorders rows with ``reorder(index)``.
 
+Nothing ever reads a position at or beyond ``length + T``: :meth:`KVCache.write` hands attention
+views of ``[0, length + T)`` only (SDPA and the Triton kernels see a ``Tk`` of exactly that, and the
+kernels mask their loads to ``Tk``). So the storage is allocated uninitialised (``torch.empty``)
+and ``reorder`` copies only the filled positions; the rest is garbage that is overwritten before
+it is read.
+
 Cross-attention keys/values (computed once from the encoder output) live beside the self-attention
 cache in ``cross`` so that a model's state for one request is a single object.
 """
@@ -45,8 +51,10 @@ class KVCache:
         device: torch.device | str = "cpu",
     ) -> "KVCache":
         shape = (batch_size, num_heads, max_length, head_dim)
-        keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        # Uninitialised: zero-filling ~1-5 MB per decode was measurable, and no position is read
+        # before it is written (see the module docstring).
+        keys = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        values = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         return cls(keys=keys, values=values)
 
     @property
@@ -83,9 +91,18 @@ class KVCache:
         """Select batch rows (beam search): row ``i`` becomes old row ``index[i]``."""
         index = index.to(self.keys[0].device)
         for i in range(len(self.keys)):
-            self.keys[i] = self.keys[i].index_select(0, index)
-            self.values[i] = self.values[i].index_select(0, index)
+            self.keys[i] = self._select_filled(self.keys[i], index)
+            self.values[i] = self._select_filled(self.values[i], index)
         # Cross K/V with batch 1 are shared by every row (one audio) and broadcast in attention;
         # rows of different audio carry their own and move with the row.
         if self.cross and self.cross[0][0].shape[0] > 1:
             self.cross = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.cross]
+
+    def _select_filled(self, storage: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Rows ``index`` of ``storage`` in new full-capacity storage; only ``[0, length)`` is copied."""
+        batch, heads, capacity, head_dim = storage.shape
+        selected = storage.new_empty((index.shape[0], heads, capacity, head_dim))
+        # Gather into a compact temporary, then copy: measured 2x faster on CPU than
+        # ``index_select(..., out=<strided view>)``.
+        selected[:, :, : self.length] = storage[:, :, : self.length].index_select(0, index)
+        return selected

@@ -113,13 +113,15 @@ def attention(
     if backend != "torch" and (q.is_cuda or (backend == "triton" and _triton_interpreter_on())):
         from burble.kernels import triton_attention
 
-        reason = triton_attention.unsupported_reason(q, k, v, mask=mask)
-        if reason is None:
+        # The kernels check the call themselves (``unsupported_reason``), so asking here first would
+        # run that check twice on every call; an unsupported call falls back to SDPA instead.
+        try:
             return triton_attention.attention(
                 q, k, v, mask=mask, is_causal=is_causal, kv_lengths=kv_lengths, scale=scale
             )
-        if backend == "triton":
-            raise ValueError(f"the Triton attention kernels do not support this call: {reason}")
+        except triton_attention.UnsupportedCall as unsupported:
+            if backend == "triton":
+                raise ValueError(f"the Triton attention kernels do not support this call: {unsupported.reason}") from None
     elif backend == "triton":
         raise RuntimeError("backend='triton' needs CUDA tensors; use 'auto' or 'torch' on CPU")
     return _torch_attention(q, k, v, mask, is_causal, kv_lengths, scale)

@@ -46,6 +46,14 @@ MAX_HEAD_DIM = 256
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
+class UnsupportedCall(ValueError):
+    """A kernel entry point was given a call it cannot run; ``reason`` is :func:`unsupported_reason`'s."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"Triton attention cannot run this call: {reason}")
+        self.reason = reason
+
+
 def unsupported_reason(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor] = None
 ) -> Optional[str]:
@@ -114,7 +122,7 @@ def attention(
     :func:`prefill_attention`.
 
     Raises:
-      ValueError: the call is not supported (see :func:`unsupported_reason`).
+      UnsupportedCall: the call is not supported (see :func:`unsupported_reason`).
     """
     run = decode_attention if q.shape[-2] <= DECODE_MAX_QUERIES else prefill_attention
     return run(q, k, v, mask=mask, is_causal=is_causal, kv_lengths=kv_lengths, scale=scale)
@@ -174,7 +182,7 @@ def _prepare(
 ) -> _Launch:
     reason = unsupported_reason(q, k, v, mask)
     if reason is not None:
-        raise ValueError(f"Triton attention cannot run this call: {reason}")
+        raise UnsupportedCall(reason)
     batch, heads, q_len, head_dim = q.shape
     k_len = k.shape[2]
     # A batch-1 k/v (cross-attention keys of one audio shared by every hypothesis) is read with

@@ -8,16 +8,13 @@ import pytest
 import torch
 
 from burble.decoding.drafters import (
-    FirstOfDrafter,
     ModelDrafter,
     PreviousHypothesisDrafter,
     PromptLookupDrafter,
-    make_drafter,
 )
 from burble.decoding.generate import generate
 from burble.decoding.logits import warp
 from burble.decoding.options import DecodingOptions
-from burble.decoding.speculative import Draft
 from burble.testing.toy_models import CountingModel, TableModel
 
 
@@ -205,38 +202,3 @@ def test_model_drafter_sampling_refuses_a_greedy_rule():
     model = TableModel(vocab_size=6, order=2, seed=3)
     with pytest.raises(ValueError, match="temperature > 0"):
         ModelDrafter(model, sample=True).propose([1, 2], 3, greedy_rule)
-
-
-# --------------------------------------------------------------------------- composition and factory
-
-
-def test_first_of_drafter_falls_through_empty_drafts():
-    class Fixed:
-        def __init__(self, tokens):
-            self.tokens = tokens
-            self.calls = 0
-
-        def propose(self, tokens, k, rule):
-            self.calls += 1
-            return Draft(self.tokens[:k])
-
-    a, b, c = Fixed([]), Fixed([4, 5]), Fixed([6])
-    assert FirstOfDrafter([a, b, c]).propose([1], 4, greedy_rule).tokens == [4, 5]
-    assert (a.calls, b.calls, c.calls) == (1, 1, 0)
-    with pytest.raises(ValueError):
-        FirstOfDrafter([])
-
-
-def test_make_drafter():
-    model = TableModel(vocab_size=6, order=2)
-    assert make_drafter("off") is None
-    assert isinstance(make_drafter("ngram", ngram_max=4), PromptLookupDrafter)
-    assert isinstance(make_drafter("previous", previous_tokens=[1, 2]), PreviousHypothesisDrafter)
-    assert isinstance(make_drafter("self", draft_model=model), ModelDrafter)
-    assert make_drafter("model", draft_model=model, sample=True).sample
-    with pytest.raises(ValueError, match="draft_model"):
-        make_drafter("self")
-    with pytest.raises(ValueError, match="previous_tokens"):
-        make_drafter("previous")
-    with pytest.raises(ValueError, match="unknown drafter"):
-        make_drafter("medusa")

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from burble.decoding.drafters import (
-    FirstOfDrafter,
     ModelDrafter,
     PreviousHypothesisDrafter,
     PromptLookupDrafter,
@@ -191,7 +190,6 @@ def _drafters(model: TableModel, prompt: list[int], reference: list[int]):
         "model-perfect": ModelDrafter(model, eos_token_id=EOS),
         "model-other": ModelDrafter(model.perturbed(1.5, seed=9), eos_token_id=EOS),
         "random": _RandomDrafter(seed=len(prompt)),
-        "first-of": FirstOfDrafter([PreviousHypothesisDrafter(previous), PromptLookupDrafter()]),
     }
 
 

@@ -38,6 +38,7 @@ class TimestampRules:
         tb = self.timestamp_begin
         logits[:, self.no_timestamps] = float("-inf")
         generated = tokens[:, self.sample_begin :].tolist()
+        compared: list[int] = []  # rows that rule 5 applies to
         for row, seq in enumerate(generated):
             if not seq:
                 logits[row, :tb] = float("-inf")
@@ -58,7 +59,23 @@ class TimestampRules:
                     logits[row, tb:token] = float("-inf")
                     break
             if check_probability:
-                logprobs = torch.log_softmax(logits[row].float(), dim=-1)
-                timestamp_mass = torch.logsumexp(logprobs[tb:], dim=-1)
-                if timestamp_mass > logprobs[:tb].max():
-                    logits[row, :tb] = float("-inf")
+                compared.append(row)
+        if compared:
+            self._prefer_timestamps(logits, compared)
+
+    def _prefer_timestamps(self, logits: torch.Tensor, rows: list[int]) -> None:
+        """Rule 5 on ``rows``: forbid text where all timestamps together outweigh every text token.
+
+        The reference compares ``logsumexp(logprobs[tb:])`` with ``max(logprobs[:tb])`` after a
+        full-vocabulary ``log_softmax``. Both sides carry the same ``- logsumexp(logits)``, which
+        cancels, so the raw logits are compared instead: a reduction over each slice, no
+        normalised copy of the vocabulary, and all rows at once with no host round trip.
+        """
+        tb = self.timestamp_begin
+        scores = logits.float()
+        prefer = torch.logsumexp(scores[:, tb:], dim=-1) > scores[:, :tb].amax(dim=-1)
+        if len(rows) < logits.shape[0]:
+            applies = torch.zeros(logits.shape[0], dtype=torch.bool)
+            applies[rows] = True
+            prefer &= applies.to(prefer.device)
+        logits[:, :tb].masked_fill_(prefer[:, None], float("-inf"))

@@ -176,7 +176,7 @@ def test_cache_is_pruned_to_live_rows(tokenizer, lm):
     for token in tokenizer.encode(" The prison of Newgate was full of debtors and felons"):
         row = row + [token]
         fusion.score(torch.tensor([row]), V)
-    assert len(fusion._cache) <= 6
+    assert fusion._nodes <= 6
 
 
 def test_pending_penalty_is_refunded_when_the_word_completes(tokenizer, lm):
@@ -200,3 +200,20 @@ def test_pending_penalty_is_refunded_when_the_word_completes(tokenizer, lm):
     a, b = float(plain.score(row, V)[0, tokenizer.eot]), float(charged.score(row, V)[0, tokenizer.eot])
     assert b == pytest.approx(a + c)  # " The" is one piece: completing it refunds c
     assert float(charged.score(row, V)[0, tokenizer.encode(",")[0]]) == pytest.approx(b)
+
+
+def test_rows_find_their_parents_across_calls_of_any_length(tokenizer, lm):
+    """Speculative verification's pattern: prefixes grow inside one buffer, a rejected draft is
+    overwritten, and the next call is shorter than the last. Every score equals a fresh instance's."""
+    text = tokenizer.encode(" The prison of Newgate was full of debtors")
+    other = tokenizer.encode(" jail in 1818")
+    buffer = torch.tensor([prompt(tokenizer) + text + other])
+    fusion = ShallowFusion(lm, tokenizer, sample_begin=2)
+    start = len(prompt(tokenizer)) + 2
+    lengths = [start, start + 1, start + 2, start + 3, start + 4, start + 3, start + 5, start + 6, start + 4]
+    for step, length in enumerate(lengths):
+        if step == 5:
+            buffer[0, start + 1 : start + 1 + len(other)] = torch.tensor(other)  # a rejected draft is overwritten
+        view = buffer[:, :length]
+        fresh = ShallowFusion(lm, tokenizer, sample_begin=2).score(view.clone(), V)
+        torch.testing.assert_close(fusion.score(view, V), fresh, rtol=0, atol=0)
