@@ -107,10 +107,11 @@ def burble_system(asr, config) -> Callable[[Utterance], tuple[str, float, float]
         return [TimedProcessor(p, clock) for p in factory(sample_begin)]  # type: ignore[misc]
 
     def run(utterance: Utterance) -> tuple[str, float, float]:
-        asr.extra_processors = extra if factory is not None else None
         clock[0] = 0.0
         started = time.perf_counter()
-        result = asr.transcribe(utterance.audio, beam_size=5, temperatures=(0.0,))
+        result = asr.transcribe(
+            utterance.audio, beam_size=5, temperatures=(0.0,), extra_processors=extra if factory is not None else None
+        )
         return result.text.strip(), time.perf_counter() - started, clock[0]
 
     return run

@@ -31,7 +31,10 @@ class TranscribeOptions:
       without_timestamps: decode text only (one segment per window).
       max_initial_timestamp: the first timestamp of a window is at most this many seconds.
       word_timestamps: align words with cross-attention (DTW) and return them per segment.
-      speculative: ``off``, ``ngram`` (prompt lookup), ``self`` (early-exit self-draft) or ``auto``.
+      speculative: ``off``, ``ngram`` (prompt lookup), ``self`` (early-exit self-draft) or ``auto``:
+        what measured fastest, i.e. the previous hypothesis as the draft when re-decoding audio
+        (streaming) and plain decoding offline, where every drafter measured slower
+        (:mod:`burble.asr.speculation`).
       draft_length: tokens per speculative draft.
       draft_layers: decoder layers the early-exit self-draft uses.
       max_new_tokens: per window (default: half of the text context, like CTranslate2).

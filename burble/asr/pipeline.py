@@ -1,36 +1,55 @@
-"""``WhisperASR``: a loaded Whisper checkpoint + tokenizer, decoding windows through the shared core.
+"""``WhisperASR``: the object ``burble.load_model()`` returns, one loaded Whisper behind one API.
 
-This is the object ``burble.load_model()`` returns. It owns the Whisper-specific parts of decoding
-(prompt layout, suppression lists, the timestamp grammar, no-speech probability) and hands the
-search itself to :mod:`burble.decoding` (greedy/sampling/speculative in ``generate``, beam search in
-``beam_search``). Extra logits processors (shallow fusion, phrase boosting) are added per call.
+It only delegates; each job lives in its own module below it:
+
+========================  ==========================================================
+:mod:`~burble.asr.loaded`       the model on its device, the tokenizer, token lists
+:mod:`~burble.asr.prompt`       the prompt of a window (a pure function of the options)
+:mod:`~burble.asr.processors`   suppression, the blank rule, the timestamp grammar
+:mod:`~burble.asr.search`       one window: the search strategy and its scores
+:mod:`~burble.asr.batching`     many windows as the rows of one decode
+:mod:`~burble.asr.transcribe`   long-form: 30 s windows and seeking
+:mod:`~burble.asr.window`       what a window's result means (fallback, no-speech, segments)
+========================  ==========================================================
+
+Biasing (shallow fusion, phrase boosting) is passed per call (``extra_processors``); the model
+holds no per-call state, so one instance serves concurrent callers.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Concatenate, Optional, ParamSpec, Sequence, TypeVar
 
 import torch
 
-from burble.asr.frontend import AudioInput
+from burble.asr.batching import decode_windows
+from burble.asr.loaded import LoadedWhisper
 from burble.asr.options import TranscribeOptions
+from burble.asr.processors import ProcessorFactory
+from burble.asr.prompt import build_prompt
 from burble.asr.results import TranscriptionResult
-from burble.asr.speculation import window_drafter
-from burble.asr.tokenizer import TIME_PRECISION, WhisperTokenizer
-from burble.asr.transcribe import WindowResult, compression_ratio, transcribe
+from burble.asr.search import decode_window
+from burble.asr.tokenizer import WhisperTokenizer
+from burble.asr.transcribe import transcribe
 from burble.asr.whisper.loading import Checkpoint, load_checkpoint
-from burble.asr.whisper.model import Whisper, WhisperTextModel
-from burble.asr.whisper.rules import TimestampRules
-from burble.decoding.beam import beam_search
-from burble.decoding.generate import GenerationResult, generate
-from burble.decoding.logits import LogitsProcessor, SuppressAtBegin, SuppressTokens
-from burble.decoding.options import DecodingOptions
-from burble.decoding.speculative import Drafter
-from burble.decoding.stats import SpeculativeStats
+from burble.asr.whisper.model import Whisper
+from burble.audio.io import AudioInput
 
-# Builds extra processors for one window, given the prompt length (sample_begin).
-ProcessorFactory = Callable[[int], Sequence[LogitsProcessor]]
+Params = ParamSpec("Params")
+Returned = TypeVar("Returned")
+
+
+def _bound(
+    function: Callable[Concatenate[LoadedWhisper, Params], Returned],
+) -> Callable[Concatenate["WhisperASR", Params], Returned]:
+    """A method calling ``function`` with the model's :class:`LoadedWhisper` first."""
+
+    def method(self: "WhisperASR", *args: Params.args, **kwargs: Params.kwargs) -> Returned:
+        return function(self.whisper, *args, **kwargs)
+
+    method.__name__, method.__doc__ = function.__name__, function.__doc__
+    return method
 
 
 class WhisperASR:
@@ -42,193 +61,37 @@ class WhisperASR:
     """
 
     def __init__(self, checkpoint: Checkpoint, *, device: str | torch.device = "cpu") -> None:
-        self.name = checkpoint.name
-        self.model: Whisper = checkpoint.model.to(device)
-        dims = self.model.dims
-        self.tokenizer = WhisperTokenizer(checkpoint.tokenizer_path, multilingual=dims.multilingual)
-        if checkpoint.alignment_heads:
-            self.model.alignment_heads = [tuple(h) for h in checkpoint.alignment_heads]  # type: ignore[misc]
-        self.suppress_ids = checkpoint.suppress_ids
-        self.suppress_ids_begin = checkpoint.suppress_ids_begin or [self.tokenizer.encode(" ")[0], self.tokenizer.eot]
-        self.extra_processors: Optional[ProcessorFactory] = None
+        self.whisper = LoadedWhisper.from_checkpoint(checkpoint, device)
+
+    @property
+    def name(self) -> str:
+        return self.whisper.name
+
+    @property
+    def model(self) -> Whisper:
+        return self.whisper.model
+
+    @property
+    def tokenizer(self) -> WhisperTokenizer:
+        return self.whisper.tokenizer
 
     @property
     def device(self) -> torch.device:
-        return self.model.device
+        return self.whisper.device
 
     # -- one window ------------------------------------------------------------------------------
 
-    @torch.inference_mode()
     def encode(self, mel: torch.Tensor) -> torch.Tensor:
         """Encoder states ``(B, 1500, D)`` of ``(n_mels, 3000)`` or ``(B, n_mels, 3000)`` features."""
-        if mel.dim() == 2:
-            mel = mel.unsqueeze(0)
-        return self.model.embed_audio(mel.to(self.device))
+        return self.whisper.encode(mel)
 
-    def build_prompt(self, previous_tokens: list[int], options: TranscribeOptions, prefix: Optional[str] = None) -> list[int]:
+    def build_prompt(self, previous_tokens: Sequence[int], options: TranscribeOptions, prefix: Optional[str] = None) -> list[int]:
         """``[<|startofprev|> previous...] <|startoftranscript|> [lang task] [<|notimestamps|>]``."""
-        tokenizer = self.tokenizer
-        if options.language is not None:
-            tokenizer.language = options.language if tokenizer.multilingual else None
-        elif tokenizer.multilingual:
-            tokenizer.language = "en"
-        tokenizer.task = options.task
-        max_prompt = self.model.dims.n_text_ctx // 2 - 1
-        prompt: list[int] = []
-        if previous_tokens:
-            prompt.append(tokenizer.sot_prev)
-            prompt.extend(previous_tokens[-max_prompt:])
-        prompt.extend(tokenizer.sot_sequence)
-        if options.without_timestamps:
-            prompt.append(tokenizer.no_timestamps)
-        if prefix:
-            if not options.without_timestamps:
-                prompt.append(tokenizer.timestamp_begin)
-            prompt.extend(tokenizer.encode(" " + prefix.strip())[:max_prompt])
-        return prompt
+        return build_prompt(self.tokenizer, self.model.dims.n_text_ctx, previous_tokens, options, prefix)
 
-    def suppressed_tokens(self, options: TranscribeOptions) -> list[int]:
-        ids: set[int] = set()
-        for token in options.suppress_tokens:
-            if token >= 0:
-                ids.add(token)
-            elif token == -1:
-                ids.update(self.suppress_ids or self.tokenizer.non_speech_tokens)
-        t = self.tokenizer
-        ids.update([t.transcribe, t.translate, t.sot, t.sot_prev, t.special.get("<|startoflm|>"), t.no_speech])
-        return sorted(i for i in ids if i is not None)
-
-    def processors(
-        self, prompt: list[int], options: TranscribeOptions, extra: Optional[ProcessorFactory] = None
-    ) -> list[LogitsProcessor]:
-        """The logits chain for one window: suppression, blank rule, timestamp grammar, extras.
-
-        Extras come from ``self.extra_processors`` (the model-wide biasing, e.g. of a batch job) and
-        from ``extra`` (one caller's, e.g. a stream's own hotwords); both get the prompt length.
-        """
-        sample_begin = len(prompt)
-        chain: list[LogitsProcessor] = [SuppressTokens(self.suppressed_tokens(options))]
-        if options.suppress_blank:
-            chain.append(SuppressAtBegin(self.suppress_ids_begin, sample_begin))
-        if prompt[-1] != self.tokenizer.no_timestamps and not options.without_timestamps:
-            index = round(options.max_initial_timestamp / TIME_PRECISION)
-            chain.append(TimestampRules(self.tokenizer, sample_begin, index))
-        for factory in (self.extra_processors, extra):
-            if factory is not None:
-                chain.extend(factory(sample_begin))
-        return chain
-
-    def decode_window(
-        self,
-        audio_features: torch.Tensor,
-        prompt: list[int],
-        options: TranscribeOptions,
-        *,
-        temperature: float = 0.0,
-        stats: Optional[SpeculativeStats] = None,
-        drafter: Optional[Drafter] = None,
-        extra_processors: Optional[ProcessorFactory] = None,
-    ) -> WindowResult:
-        """Decode one 30 s window's text tokens (timestamps included, end-of-text excluded).
-
-        ``extra_processors`` adds a caller's own processors (e.g. a stream's biasing) to the chain.
-        """
-        text_model = WhisperTextModel(self.model, audio_features)
-        decoding = self._decoding_options(prompt, options, temperature)
-        chain = self.processors(prompt, options, extra_processors)
-        prompt_tensor = torch.tensor([prompt], device=self.device)
-        probe = prompt.index(self.tokenizer.sot)
-        with torch.inference_mode():
-            if decoding.beam_size > 1:
-                result = beam_search(text_model, prompt_tensor, decoding, processors=chain, probe_index=probe)
-            elif temperature > 0 and options.best_of > 1:
-                result = generate(
-                    text_model, prompt_tensor.repeat(options.best_of, 1), decoding, processors=chain, probe_index=probe
-                )
-            else:
-                if drafter is None and temperature == 0:
-                    drafter = window_drafter(options, text_model, prompt, eos_token_id=self.tokenizer.eot)
-                result = generate(text_model, prompt_tensor, decoding, processors=chain, drafter=drafter, probe_index=probe)
-        if stats is not None:
-            stats.merge(result.stats)
-        best = self._best(result, temperature)
-        best.text_model = text_model
-        return best
-
-    def decode_windows(
-        self,
-        audio_features: torch.Tensor,
-        prompt: list[int],
-        options: TranscribeOptions,
-        *,
-        temperature: float = 0.0,
-        stats: Optional[SpeculativeStats] = None,
-    ) -> list[WindowResult]:
-        """Decode ``B`` windows sharing one prompt in one batch: ``B`` rows of the shared loop.
-
-        Greedy and sampling decode all windows together (``best_of`` samples per window become
-        ``B * best_of`` rows); rows finish independently, so each window gets the tokens it would
-        get alone. Beam search and speculative decoding run window by window (both decode one
-        sequence at a time).
-
-        Args:
-          audio_features: ``(B, 1500, D)`` encoder states.
-          prompt: the prompt every window starts from.
-          options: transcription options.
-          temperature: 0 for greedy, > 0 to sample.
-          stats: decoding counters to merge into.
-        """
-        batch = audio_features.shape[0]
-        sequential = (temperature == 0 and (options.beam_size > 1 or options.speculative != "off"))
-        if batch == 1 or sequential:
-            return [
-                self.decode_window(audio_features[i : i + 1], prompt, options, temperature=temperature, stats=stats)
-                for i in range(batch)
-            ]
-        samples = options.best_of if temperature > 0 else 1
-        if samples > 1:
-            audio_features = audio_features.repeat_interleave(samples, dim=0)
-        text_model = WhisperTextModel(self.model, audio_features)
-        decoding = replace(self._decoding_options(prompt, options, temperature), beam_size=1)
-        prompts = torch.tensor([prompt], device=self.device).repeat(batch * samples, 1)
-        with torch.inference_mode():
-            result = generate(
-                text_model, prompts, decoding, processors=self.processors(prompt, options),
-                probe_index=prompt.index(self.tokenizer.sot),
-            )
-        if stats is not None:
-            stats.merge(result.stats)
-        return [self._best(result, temperature, rows=range(i * samples, (i + 1) * samples)) for i in range(batch)]
-
-    def _decoding_options(self, prompt: list[int], options: TranscribeOptions, temperature: float) -> DecodingOptions:
-        n_ctx = self.model.dims.n_text_ctx
-        max_new = options.max_new_tokens or min(n_ctx // 2, n_ctx - max(len(prompt) - 1, 0))
-        return DecodingOptions(
-            max_new_tokens=min(max_new, n_ctx - len(prompt)),
-            eos_token_id=self.tokenizer.eot,
-            temperature=temperature,
-            beam_size=options.beam_size if temperature == 0 else 1,
-            patience=options.patience,
-            length_penalty=options.length_penalty,
-            draft_length=options.draft_length,
-        )
-
-    def _best(self, result: GenerationResult, temperature: float, rows: Optional[range] = None) -> WindowResult:
-        """The best of ``rows`` (default: all rows) by average log-probability."""
-        assert result.probe_logits is not None
-        rows = rows if rows is not None else range(len(result.tokens))
-        no_speech = float(torch.softmax(result.probe_logits[rows[0]].float(), dim=-1)[self.tokenizer.no_speech])
-        # avg log-prob as the reference: sum over generated tokens (end-of-text included) / (len + 1).
-        scored = [(sum(result.token_logprobs[r]) / (len(result.tokens[r]) + 1), result.tokens[r]) for r in rows]
-        avg_logprob, tokens = max(scored, key=lambda s: s[0])
-        text = self.tokenizer.decode(tokens)
-        return WindowResult(
-            tokens=list(tokens),
-            avg_logprob=avg_logprob,
-            no_speech_prob=no_speech,
-            temperature=temperature,
-            compression_ratio=compression_ratio(text.strip()),
-        )
+    # The functions bound to this model's LoadedWhisper (type checkers see their parameters).
+    decode_window = _bound(decode_window)
+    decode_windows = _bound(decode_windows)
 
     # -- whole inputs ----------------------------------------------------------------------------
 
@@ -238,16 +101,18 @@ class WhisperASR:
         options: Optional[TranscribeOptions] = None,
         *,
         progress: Optional[Callable[[float], None]] = None,
-        **overrides,
+        extra_processors: Optional[ProcessorFactory] = None,
+        **overrides: Any,
     ) -> TranscriptionResult:
         """Transcribe a file path or 16 kHz mono samples of any length.
 
         Keyword overrides are :class:`TranscribeOptions` fields, e.g. ``beam_size=1``.
+        ``extra_processors`` adds this call's biasing (:func:`burble.asr.fusion.processor_factory`).
         """
         options = options or TranscribeOptions()
         if overrides:
             options = replace(options, **overrides)
-        return transcribe(self, audio, options, progress=progress)
+        return transcribe(self.whisper, audio, options, progress=progress, extra_processors=extra_processors)
 
 
 def load_model(name: str = "tiny.en", *, device: str | torch.device = "cpu", threads: Optional[int] = None) -> WhisperASR:

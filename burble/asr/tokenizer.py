@@ -3,6 +3,10 @@
 Special-token ids differ between English-only and multilingual checkpoints, so they are looked up
 by their text (``<|endoftext|>``, ``<|startoftranscript|>``, ...). Timestamp tokens are not in
 ``tokenizer.json``: they follow ``<|notimestamps|>`` at 0.02 s steps.
+
+The tokenizer holds no per-call state: one instance is shared by every caller of a model (server
+slots decode different languages at once), so the language and task are arguments of
+:meth:`WhisperTokenizer.sot_sequence`, never attributes.
 """
 
 from __future__ import annotations
@@ -21,19 +25,10 @@ class WhisperTokenizer:
 
     Args:
       path: a ``tokenizer.json`` file (or a directory containing one).
-      language: language code for multilingual models (ignored by English-only ones).
-      task: ``"transcribe"`` or ``"translate"``.
       multilingual: override the English-only / multilingual detection.
     """
 
-    def __init__(
-        self,
-        path: str | Path,
-        *,
-        language: Optional[str] = "en",
-        task: str = "transcribe",
-        multilingual: Optional[bool] = None,
-    ) -> None:
+    def __init__(self, path: str | Path, *, multilingual: Optional[bool] = None) -> None:
         path = Path(path)
         if path.is_dir():
             path = path / "tokenizer.json"
@@ -58,20 +53,20 @@ class WhisperTokenizer:
         # English-only checkpoints keep GPT-2's vocabulary (end-of-text at 50256); the multilingual
         # vocabulary has one more byte-level token. The model's vocab size says the same.
         self.multilingual = self.eot != 50256 if multilingual is None else multilingual
-        self.language = language if self.multilingual else None
-        self.task = task
 
-    @property
-    def sot_sequence(self) -> tuple[int, ...]:
-        """``<|startoftranscript|>`` plus language and task tokens (multilingual models only)."""
+    def sot_sequence(self, language: Optional[str], task: str = "transcribe") -> tuple[int, ...]:
+        """``<|startoftranscript|>`` plus language and task tokens (multilingual models only).
+
+        English-only models have no language or task tokens, so both arguments are ignored there.
+        """
         if not self.multilingual:
             return (self.sot,)
         sequence = [self.sot]
-        if self.language is not None:
-            if self.language not in self.language_tokens:
-                raise ValueError(f"unknown language {self.language!r}")
-            sequence.append(self.language_tokens[self.language])
-        sequence.append(self.translate if self.task == "translate" else self.transcribe)
+        if language is not None:
+            if language not in self.language_tokens:
+                raise ValueError(f"unknown language {language!r}")
+            sequence.append(self.language_tokens[language])
+        sequence.append(self.translate if task == "translate" else self.transcribe)
         return tuple(sequence)
 
     def encode(self, text: str) -> list[int]:

@@ -10,7 +10,8 @@ are encoded together and decoded as the rows of one call to the shared decoding 
 gets the same tokens in a batch as alone.
 
 Temperature fallback is per window: the windows that fail the quality checks are decoded again,
-together, at the next temperature. With timestamps, a window whose text stops before its chunk
+together, at the next temperature (:func:`burble.asr.window.decode_with_fallback`, the same
+policy as long-form decoding, as are the no-speech rule and segment assembly). With timestamps, a window whose text stops before its chunk
 ends (Whisper leaves speech that runs into the window's end for "the next window") gets a
 continuation window from its last timestamp, queued into the next batch, as long-form decoding
 would seek there; without timestamps (faster-whisper's batched default) that text is lost.
@@ -21,20 +22,29 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, Iterable, Iterator, Mapping, Optional, Sequence, TypeVar, Union
+from typing import Generic, Iterable, Iterator, Mapping, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 import torch
 
-from burble.asr.frontend import CHUNK_LENGTH, HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram, pad_or_trim
+from burble.asr.frontend import CHUNK_LENGTH, HOP_LENGTH, log_mel_spectrogram, pad_or_trim
+from burble.audio import SAMPLE_RATE
 from burble.asr.options import TranscribeOptions
+from burble.asr.pipeline import WhisperASR
+from burble.asr.processors import ProcessorFactory
+from burble.asr.prompt import prompt_language
 from burble.asr.results import Segment, TranscriptionResult
-from burble.asr.transcribe import WindowResult, split_by_timestamps
+from burble.asr.whisper.timing import add_word_timestamps
+from burble.asr.window import (
+    SegmentPiece,
+    WindowResult,
+    assemble_segments,
+    decode_with_fallback,
+    is_silence,
+    split_by_timestamps,
+)
 from burble.batch.segment import SEGMENTATIONS, Chunk, Segmenter
 from burble.decoding.stats import SpeculativeStats
-
-if TYPE_CHECKING:
-    from burble.asr.pipeline import WhisperASR
 
 K = TypeVar("K")
 # A continuation window needs at least this much audio left in its chunk (shorter tails hold at
@@ -74,36 +84,20 @@ def window_features(audio: np.ndarray, chunk: Chunk, n_mels: int = 80) -> torch.
     return pad_or_trim(mel[:, : mel.shape[-1] - 1])
 
 
-def needs_fallback(window: WindowResult, options: TranscribeOptions) -> bool:
-    """The quality checks of long-form decoding (``decode_with_fallback``), for one window."""
-    failed = False
-    if options.compression_ratio_threshold is not None and window.compression_ratio > options.compression_ratio_threshold:
-        failed = True  # too repetitive
-    if options.log_prob_threshold is not None and window.avg_logprob < options.log_prob_threshold:
-        failed = True  # too improbable
-    if (
-        failed
-        and options.no_speech_threshold is not None
-        and window.no_speech_prob > options.no_speech_threshold
-        and options.log_prob_threshold is not None
-        and window.avg_logprob < options.log_prob_threshold
-    ):
-        failed = False  # silence: a retry would only hallucinate
-    return failed
-
-
-def best_candidate(candidates: list[WindowResult], options: TranscribeOptions) -> WindowResult:
-    """After all temperatures failed: the most probable window among the not-too-repetitive ones."""
-    threshold = options.compression_ratio_threshold
-    pool = [w for w in candidates if threshold is None or w.compression_ratio <= threshold] or candidates
-    return max(pool, key=lambda w: w.avg_logprob)
-
-
 @dataclass
 class _Window:
     job: "_Job"
     chunk: Chunk
     mel: torch.Tensor
+
+
+@dataclass
+class _Decoded:
+    """One decoded window of a recording: its segments (times absolute) and its scores."""
+
+    chunk: Chunk
+    pieces: list[SegmentPiece]
+    result: WindowResult
 
 
 @dataclass
@@ -114,7 +108,7 @@ class _Job(Generic[K]):
     audio: Optional[np.ndarray] = None
     duration: float = 0.0
     outstanding: int = 0  # windows queued or being decoded
-    pieces: list[tuple[int, list[dict]]] = field(default_factory=list)  # (chunk start, segments)
+    windows: list[_Decoded] = field(default_factory=list)
     error: Optional[BaseException] = None
     encoder_seconds: float = 0.0
 
@@ -131,12 +125,21 @@ class BatchedTranscriber:
       options: transcription options (``condition_on_previous_text`` does not apply: windows
         are independent; ``initial_prompt`` prompts every window).
       batch: window formation and batch size.
+      extra_processors: the job's biasing (shallow fusion, phrase boosting), for every window.
     """
 
-    def __init__(self, asr: "WhisperASR", options: TranscribeOptions = TranscribeOptions(), batch: BatchOptions = BatchOptions()) -> None:
+    def __init__(
+        self,
+        asr: WhisperASR,
+        options: TranscribeOptions = TranscribeOptions(),
+        batch: BatchOptions = BatchOptions(),
+        *,
+        extra_processors: Optional[ProcessorFactory] = None,
+    ) -> None:
         self.asr = asr
         self.options = options
         self.batch = batch
+        self.extra_processors = extra_processors
         self.segmenter = Segmenter(batch.segmentation, batch.max_chunk_seconds)
         previous = asr.tokenizer.encode(" " + options.initial_prompt.strip()) if options.initial_prompt else []
         self.prompt = asr.build_prompt(previous, options)
@@ -229,110 +232,83 @@ class BatchedTranscriber:
         share = (time.perf_counter() - started) / len(windows)
         for w in windows:
             w.job.encoder_seconds += share
-        results: list[Optional[WindowResult]] = [None] * len(windows)
-        candidates: list[list[WindowResult]] = [[] for _ in windows]
-        pending = list(range(len(windows)))
-        for temperature in options.temperatures:
+
+        def decode(temperature: float, pending: list[int]) -> list[WindowResult]:
             rows = features[pending] if len(pending) < len(windows) else features
-            decoded = asr.decode_windows(rows, self.prompt, options, temperature=temperature, stats=self.stats)
-            retry = []
-            for i, window in zip(pending, decoded):
-                candidates[i].append(window)
-                if needs_fallback(window, options):
-                    retry.append(i)
-                else:
-                    results[i] = window
-            pending = retry
-            if not pending:
-                break
-        for i in pending:
-            results[i] = best_candidate(candidates[i], options)
+            return asr.decode_windows(
+                rows, self.prompt, options, temperature=temperature, stats=self.stats, extra_processors=self.extra_processors
+            )
+
+        results = decode_with_fallback(decode, len(windows), options)
         # Everything that can fail happens before any job is updated, so a retry after an error
         # never records a window twice.
         outcomes = []
         for i, (window, result) in enumerate(zip(windows, results)):
-            assert result is not None
             pieces, rest = self._pieces(window, result, features[i : i + 1])
-            outcomes.append((window, pieces, None if rest is None else self._window(window.job, rest)))
+            decoded = _Decoded(window.chunk, pieces, result)
+            outcomes.append((window, decoded, None if rest is None else self._window(window.job, rest)))
         more: list[_Window] = []
-        for window, pieces, continuation in outcomes:
-            window.job.pieces.append((window.chunk.start, pieces))
+        for window, decoded, continuation in outcomes:
+            window.job.windows.append(decoded)
             window.job.outstanding -= 1
             if continuation is not None:
                 window.job.outstanding += 1
                 more.append(continuation)
         return more
 
-    def _pieces(self, window: _Window, result: WindowResult, features: torch.Tensor) -> tuple[list[dict], Optional[Chunk]]:
-        """The window's segments as dicts (start/end/tokens + window scores, times absolute), and
-        the rest of the chunk to decode in a continuation window, if any.
+    def _pieces(self, window: _Window, result: WindowResult, features: torch.Tensor) -> tuple[list[SegmentPiece], Optional[Chunk]]:
+        """The window's segments (times absolute), and the rest of the chunk to decode in a
+        continuation window, if any.
 
         Like long-form decoding, a window whose last timestamp pair closes before the chunk ends
         (the model stopped early, often when speech runs up to the window's end) continues from
         that timestamp in a new window instead of losing the rest of the chunk.
         """
         options, tokenizer = self.options, self.asr.tokenizer
-        if options.no_speech_threshold is not None and result.no_speech_prob > options.no_speech_threshold:
-            if options.log_prob_threshold is None or result.avg_logprob <= options.log_prob_threshold:
-                return [], None  # silence
+        if is_silence(result, options):
+            return [], None
         chunk = window.chunk
         rest_chunk: Optional[Chunk] = None
         frames = (chunk.end - chunk.start) // HOP_LENGTH
         tokens = result.tokens
         if options.without_timestamps:
-            pieces = [dict(start=chunk.offset, end=chunk.offset + chunk.duration, tokens=tokens)]
+            pieces = [SegmentPiece(start=chunk.offset, end=chunk.offset + chunk.duration, tokens=tokens)]
         else:
             pieces, next_seek, single_ending = split_by_timestamps(
                 tokens, timestamp_begin=tokenizer.timestamp_begin, time_offset=chunk.offset,
                 seek=chunk.start // HOP_LENGTH, segment_size=frames,
             )
             resume_at = next_seek * HOP_LENGTH
-            covered = sum(len(p["tokens"]) for p in pieces)
+            covered = sum(len(p.tokens) for p in pieces)
             rest = tokens[covered:]
             if not single_ending and chunk.start < resume_at and chunk.end - resume_at >= MIN_CONTINUATION_SAMPLES:
                 rest_chunk = Chunk(resume_at, chunk.end)
             elif any(t < tokenizer.eot for t in rest):
                 # Text after the last closed pair: long-form would decode it again from there;
                 # an independent window keeps it as a last segment up to the chunk's end.
-                start = pieces[-1]["end"] if pieces else chunk.offset
-                pieces.append(dict(start=start, end=chunk.offset + chunk.duration, tokens=rest))
+                start = pieces[-1].end if pieces else chunk.offset
+                pieces.append(SegmentPiece(start=start, end=chunk.offset + chunk.duration, tokens=rest))
         # The model may place a timestamp in the zero padding after a short chunk: clamp to the audio.
         chunk_end = chunk.offset + chunk.duration
         for piece in pieces:
-            piece["start"] = min(max(piece["start"], chunk.offset), chunk_end)
-            piece["end"] = min(max(piece["end"], piece["start"]), chunk_end)
+            piece.start = min(max(piece.start, chunk.offset), chunk_end)
+            piece.end = min(max(piece.end, piece.start), chunk_end)
         if options.word_timestamps:
-            from burble.asr.whisper.timing import add_word_timestamps
-
             add_word_timestamps(
-                self.asr, pieces, features, num_frames=frames, time_offset=chunk.offset, options=options,
-                last_speech_timestamp=chunk.offset,
-            )
-        for piece in pieces:
-            piece.update(
-                seek=chunk.start // HOP_LENGTH, temperature=result.temperature, avg_logprob=result.avg_logprob,
-                compression_ratio=result.compression_ratio, no_speech_prob=result.no_speech_prob,
+                self.asr.model, tokenizer, pieces, features, num_frames=frames, time_offset=chunk.offset,
+                options=options, last_speech_timestamp=chunk.offset,
             )
         return pieces, rest_chunk
 
     def _result(self, job: _Job) -> TranscriptionResult:
-        eot = self.asr.tokenizer.eot
+        tokenizer = self.asr.tokenizer
         segments: list[Segment] = []
-        for _, pieces in sorted(job.pieces, key=lambda entry: entry[0]):
-            for piece in pieces:
-                text = self.asr.tokenizer.decode([t for t in piece["tokens"] if t < eot])
-                if piece["start"] == piece["end"] or not text.strip():
-                    continue
-                segments.append(
-                    Segment(
-                        id=len(segments), seek=piece["seek"], start=round(piece["start"], 3), end=round(piece["end"], 3),
-                        text=text, tokens=list(piece["tokens"]), temperature=piece["temperature"],
-                        avg_logprob=piece["avg_logprob"], compression_ratio=piece["compression_ratio"],
-                        no_speech_prob=piece["no_speech_prob"], words=piece.get("words"),
-                    )
-                )
+        for decoded in sorted(job.windows, key=lambda d: d.chunk.start):
+            segments += assemble_segments(
+                decoded.pieces, decoded.result, seek=decoded.chunk.start // HOP_LENGTH, tokenizer=tokenizer,
+                first_id=len(segments),
+            )
         return TranscriptionResult(
-            segments=segments, duration=job.duration, language=self.asr.tokenizer.language,
+            segments=segments, duration=job.duration, language=prompt_language(tokenizer, self.options),
             encoder_seconds=job.encoder_seconds,
         )
-

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Callable, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
-from burble.asr.frontend import SAMPLE_RATE, load_audio
+from burble.audio import SAMPLE_RATE
+from burble.audio.io import load_audio
 from burble.asr.results import TranscriptionResult
 from burble.batch.inputs import AudioItem
 from burble.batch.job import ItemRecord, JobConfig
 from burble.batch.outputs import write_outputs
+
+if TYPE_CHECKING:  # the type only: importing the processors would load torch before the model does
+    from burble.asr.processors import ProcessorFactory
 
 # (item id, audio seconds just finished): drives progress bars while a long file is decoded.
 Tick = Callable[[str, float], None]
@@ -54,15 +58,17 @@ class ItemTranscriber:
 
         self.config = config
         self.asr = burble.load_model(config.model, device=config.device, threads=(threads or config.threads) or None)
+        # The job's biasing goes with every call: the model is shared and holds none of its own.
+        self.biasing: Optional["ProcessorFactory"] = None
         if config.biasing is not None and getattr(config.biasing, "enabled", False):
             from burble.asr.fusion.config import processor_factory
 
-            self.asr.extra_processors = processor_factory(config.biasing, self.asr.tokenizer)
+            self.biasing = processor_factory(config.biasing, self.asr.tokenizer)
         self.batched = None
         if config.batch is not None:
             from burble.batch.batched import BatchedTranscriber
 
-            self.batched = BatchedTranscriber(self.asr, config.options, config.batch)
+            self.batched = BatchedTranscriber(self.asr, config.options, config.batch, extra_processors=self.biasing)
 
     def run(self, items: Iterable[AudioItem], tick: Optional[Tick] = None) -> Iterator[ItemRecord]:
         """Process ``items`` (pulled lazily) and yield one record per item, as each finishes."""
@@ -89,7 +95,7 @@ class ItemTranscriber:
             audio = read_item_audio(item)
             duration = len(audio) / SAMPLE_RATE
             progress = (lambda seconds: tick(item.id, seconds)) if tick else None
-            result = self.asr.transcribe(audio, self.config.options, progress=progress)
+            result = self.asr.transcribe(audio, self.config.options, progress=progress, extra_processors=self.biasing)
         except Exception as error:  # reported per item, never fatal to the job
             return ItemRecord.failure(item, error, duration, time.perf_counter() - started)
         return self._finish(item, result, started)

@@ -15,7 +15,7 @@ Words are compared after ``normalize_word``: case-, whitespace- and punctuation-
 " Hello," and " hello" agree.
 
 The recognizer can drop committed audio at ``find_trim_time``: the end of the last committed
-sentence or Whisper segment, which keeps the window (and latency) bounded.
+sentence, which keeps the window (and latency) bounded.
 
 This module is pure logic: no audio, no model, no clock.
 """
@@ -91,11 +91,6 @@ class LocalAgreement:
         """The uncommitted tail of the newest hypothesis (what a ``partial`` event shows)."""
         return list(self._tails[-1]) if self._tails else []
 
-    @property
-    def committed_tail(self) -> list[Word]:
-        """The last (up to ``max_overlap``) committed words."""
-        return list(self._committed_tail)
-
     # ------------------------------------------------------------------------------- updating
     def strip_committed(self, hypothesis: Sequence[Word]) -> list[Word]:
         """Remove the part of ``hypothesis`` that re-decodes already committed words."""
@@ -168,20 +163,17 @@ def find_trim_time(
     committed: Sequence[Word],
     *,
     window_start: float,
-    segment_ends: Sequence[float] = (),
     force: bool = False,
 ) -> Optional[float]:
-    """Where the recognizer may cut its audio window: after the last finished, committed unit.
+    """Where the recognizer may cut its audio window: after the last committed sentence.
 
-    Candidates are the ends of committed words that close a sentence and the ends of Whisper
-    segments that lie within the committed text (not after its last committed word). The latest
-    candidate after ``window_start`` wins.
+    Candidates are the ends of committed words that close a sentence; the latest one after
+    ``window_start`` wins.
 
     Args:
       committed: committed words of the current window (absolute times), oldest first.
       window_start: audio time (s) where the window currently starts; only later points count.
-      segment_ends: end times (s) of the segments of the last decode.
-      force: when no sentence/segment boundary exists, fall back to the end of the last
+      force: when no sentence boundary exists, fall back to the end of the last
         committed word (use when the window grows too long, e.g. past ~15-20 s of audio).
 
     Returns:
@@ -191,9 +183,7 @@ def find_trim_time(
         return None
     committed_end = committed[-1].end
     eps = 1e-6
-    candidates = [w.end for w in committed if ends_sentence(w)]
-    candidates += [t for t in segment_ends if t <= committed_end + eps]
-    candidates = [t for t in candidates if t > window_start + eps]
+    candidates = [w.end for w in committed if ends_sentence(w) and w.end > window_start + eps]
     if candidates:
         return max(candidates)
     if force and committed_end > window_start + eps:

@@ -11,9 +11,13 @@ cheap and bounded:
 * **Trimming.** Once words are committed up to a sentence end, the audio before it leaves the
   window and the committed text becomes the prompt (previous-text conditioning), so the window
   and the latency stay bounded.
-* **Encoder context.** ``encoder_context="window"`` encodes only the window's frames (plus a
-  margin) instead of a zero-padded 30 s input, cutting encoder time several-fold on short
-  windows; ``"full"`` is the reference behaviour.
+* **Encoding.** Each re-decode encodes the window zero-padded to Whisper's full 30 s input, the
+  layout the decoder was trained on. Encoding only the window's frames was ~5x cheaper but made
+  tiny.en hallucinate (WER 0.49; BENCHMARKS.md, "Streaming Whisper"), so it was removed.
+
+What a decode's result means (the no-speech rule, the word-duration clamp) is the same window
+policy as offline and batch decoding (:mod:`burble.asr.window`). A re-decode never reads its
+text's compression ratio, so that is never computed here.
 
 Word times come from the cross-attention alignment (:mod:`burble.asr.whisper.timing`) and are
 absolute (seconds since the stream's sample 0). The recognizer never reads a clock: the event
@@ -23,20 +27,22 @@ loop stamps emission times.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 import torch
 
-from burble.asr.frontend import FRAMES_PER_SECOND, HOP_LENGTH, N_FRAMES, SAMPLE_RATE, log_mel_spectrogram, pad_or_trim
+from burble.asr.frontend import HOP_LENGTH, N_FRAMES, log_mel_spectrogram, pad_or_trim
+from burble.audio import SAMPLE_RATE
 from burble.asr.fusion.boosting import as_phrases
 from burble.asr.fusion.config import BiasingConfig, processor_factory
 from burble.asr.options import TranscribeOptions
-from burble.asr.pipeline import ProcessorFactory, WhisperASR
+from burble.asr.pipeline import WhisperASR
+from burble.asr.processors import ProcessorFactory
+from burble.asr.prompt import sot_sequence
 from burble.asr.whisper.timing import find_alignment
-from burble.decoding.drafters import PreviousHypothesisDrafter
+from burble.asr.window import clamp_word_durations, is_silence
 from burble.decoding.stats import SpeculativeStats
 from burble.streaming.events import StreamEvent, Word
 from burble.streaming.policy import LocalAgreement, find_trim_time
@@ -48,10 +54,9 @@ class StreamingOptions:
 
     Attributes:
       agreement: hypotheses that must agree before words are committed (LocalAgreement-n).
-      speculative: use the previous hypothesis as the speculative draft of each re-decode.
+      speculative: use the previous hypothesis as the speculative draft of each re-decode
+        (``--speculative auto``'s choice when re-decoding; lossless).
       draft_length: draft tokens verified per target pass.
-      encoder_context: ``"window"`` encodes only the window (+ margin); ``"full"`` pads to 30 s.
-      encoder_margin_seconds: extra zero frames after the window when ``encoder_context="window"``.
       max_window_seconds: force a trim at the last committed word when the window grows past this.
       prompt_tokens: how many committed text tokens prompt each decode (previous-text conditioning).
       no_speech_threshold: a decode whose no-speech probability is above this and whose average
@@ -71,8 +76,6 @@ class StreamingOptions:
     # drafts cost more on CPU, where verifying k+1 tokens pays k+1 rows of the 52k-token projection.
     speculative: bool = True
     draft_length: int = 4
-    encoder_context: str = "full"
-    encoder_margin_seconds: float = 1.0
     max_window_seconds: float = 8.0
     prompt_tokens: int = 128
     no_speech_threshold: float = 0.6
@@ -83,8 +86,6 @@ class StreamingOptions:
     hotwords: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.encoder_context not in ("window", "full"):
-            raise ValueError("encoder_context must be 'window' or 'full'")
         if not 1.0 <= self.max_window_seconds <= 28.0:
             raise ValueError("max_window_seconds must be in [1, 28] (Whisper sees at most 30 s)")
 
@@ -114,9 +115,13 @@ class WhisperStreamingRecognizer:
         self.decode_options = TranscribeOptions(
             beam_size=options.beam_size,
             temperatures=(0.0,),
+            no_speech_threshold=options.no_speech_threshold,
+            log_prob_threshold=options.log_prob_threshold,
             without_timestamps=True,
             condition_on_previous_text=True,
             language=options.language,
+            # "auto" drafts with the previous hypothesis, given one (asr/speculation.py).
+            speculative="auto" if options.speculative else "off",
             draft_length=options.draft_length,
         )
         self.biasing = _stream_biasing(asr, options)
@@ -193,48 +198,38 @@ class WhisperStreamingRecognizer:
         return StreamEvent.from_words("final", words, segment_id=self.segment_id)
 
     def _encode(self) -> tuple[torch.Tensor, int]:
+        """Encoder states of the window zero-padded to 30 s, and its count of real mel frames."""
         mel = log_mel_spectrogram(self._audio, n_mels=self.asr.model.dims.n_mels, padding=HOP_LENGTH)
         frames = min(mel.shape[-1] - 1, N_FRAMES)
-        if self.options.encoder_context == "full":
-            width = N_FRAMES
-        else:
-            margin = int(self.options.encoder_margin_seconds * FRAMES_PER_SECOND)
-            # Even frame counts (the encoder halves them) rounded up to 0.5 s steps bound the shapes.
-            width = min(N_FRAMES, int(math.ceil((frames + margin) / 50.0) * 50))
-        return self.asr.encode(pad_or_trim(mel[:, :frames], width)), frames
+        return self.asr.encode(pad_or_trim(mel[:, :frames])), frames
 
     def _decode_words(self) -> list[Word]:
         features, frames = self._encode()
         prompt = self.asr.build_prompt(self._history_tokens, self.decode_options)
-        drafter = None
-        if self.options.speculative and self.options.beam_size == 1 and self._previous_tokens:
-            drafter = PreviousHypothesisDrafter(self._previous_tokens)
         # Speech is at most ~5 tokens per second; a cap keeps a looping decode from running to 224.
         max_tokens = int(8 * len(self._audio) / SAMPLE_RATE) + 8
         options = dataclasses.replace(self.decode_options, max_new_tokens=max_tokens)
         window = self.asr.decode_window(
-            features, prompt, options, temperature=0.0, stats=self.stats.decoding, drafter=drafter,
-            extra_processors=self.biasing,
+            features, prompt, options, temperature=0.0, stats=self.stats.decoding,
+            previous_hypothesis=self._previous_tokens, extra_processors=self.biasing,
         )
         self.stats.decodes += 1
-        tokens = [t for t in window.tokens if t < self.asr.tokenizer.eot]
-        silent = window.no_speech_prob > self.options.no_speech_threshold and window.avg_logprob < self.options.log_prob_threshold
-        if silent or not tokens:
+        tokenizer = self.asr.tokenizer
+        tokens = [t for t in window.tokens if t < tokenizer.eot]
+        if is_silence(window, options) or not tokens:
             self._previous_tokens = []
             return []
         self._previous_tokens = tokens
         offset = self._window_start / SAMPLE_RATE
-        aligned = find_alignment(self.asr, tokens, features, frames, text_model=window.text_model)
-        # DTW stretches a word over a following pause (often the last word up to the window end),
-        # which would make the commit policy drop the next real words as "already committed".
-        durations = sorted(w.end - w.start for w in aligned if w.end > w.start)
-        longest = max(0.7, 2 * durations[len(durations) // 2]) if durations else 0.7
-        words = []
-        for w in aligned:
-            start = offset + w.start
-            end = min(offset + w.end, start + longest)
-            words.append(Word(word=w.word, start=start, end=max(start, end), probability=w.probability))
-        return words
+        aligned = find_alignment(
+            self.asr.model, tokenizer, sot_sequence(tokenizer, options), tokens, features, frames,
+            text_model=window.text_model,
+        )
+        # The newest words run on into the window's unspoken end: cap their ends (keep the start).
+        return [
+            Word(word=w.word, start=offset + w.start, end=offset + max(w.start, w.end), probability=w.probability)
+            for w in clamp_word_durations(aligned, keep="start")
+        ]
 
     def _maybe_trim(self) -> None:
         window_seconds = len(self._audio) / SAMPLE_RATE

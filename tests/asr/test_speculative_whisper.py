@@ -1,6 +1,7 @@
 """Speculative greedy decoding of real Whisper windows gives exactly the plain greedy tokens.
 
 Every drafter of ``--speculative`` (ngram, self, auto) and the streaming previous-hypothesis drafter
+(also what ``auto`` picks when re-decoding with a previous hypothesis)
 decode the same encoded windows as plain autoregressive greedy decoding (fp32, timestamps and the
 full logits chain on), on the real recordings of ``../shared/dev-audio`` and synthetic speech, for
 tiny.en (every clip) and base (a subset: it is ~4x slower on CPU).
@@ -62,6 +63,11 @@ def _check_window(asr, name: str, audio, totals: dict[str, SpeculativeStats]) ->
     drafter = PreviousHypothesisDrafter(previous)
     tokens = asr.decode_window(features, prompt, GREEDY, stats=stats, drafter=drafter).tokens
     assert tokens == plain, f"{name}: the previous-hypothesis drafter changed the tokens"
+    # ``auto`` given a previous hypothesis (a re-decode) drafts with it.
+    stats = totals.setdefault("auto re-decode", SpeculativeStats())
+    auto = replace(GREEDY, speculative="auto")
+    tokens = asr.decode_window(features, prompt, auto, stats=stats, previous_hypothesis=previous).tokens
+    assert tokens == plain, f"{name}: auto with a previous hypothesis changed the tokens"
 
 
 @pytest.mark.parametrize("model, limit", [("tiny.en", None), ("base", 6)])
@@ -76,9 +82,12 @@ def test_speculative_windows_give_identical_tokens(model: str, limit):
             _check_window(asr, name, audio, totals)
     # Drafts were really proposed and verified (a drafter that never proposes would pass trivially).
     # Short single clips rarely repeat an n-gram, so the n-gram drafter may get nothing accepted.
-    for drafter in DRAFTERS:
+    for drafter in ("ngram", "self", "auto re-decode"):
         assert totals[drafter].drafted > 0, drafter
+    # Offline (no previous hypothesis) ``auto`` is plain decoding: every drafter measured slower.
+    assert totals["auto"].drafted == 0
     assert totals["previous"].mean_acceptance_length > 2.0
+    assert totals["auto re-decode"].mean_acceptance_length > 2.0
 
 
 def test_long_form_transcription_is_identical_with_every_drafter():
@@ -94,4 +103,7 @@ def test_long_form_transcription_is_identical_with_every_drafter():
         result = asr.transcribe(audio, replace(GREEDY, speculative=drafter))
         assert [s.tokens for s in result.segments] == [s.tokens for s in plain.segments], drafter
         assert result.stats.generated == plain.stats.generated
-        assert result.stats.target_passes < plain.stats.target_passes or drafter == "self"
+        if drafter == "auto":  # offline, auto decodes plainly
+            assert result.stats.target_passes == plain.stats.target_passes and result.stats.drafted == 0
+        else:
+            assert result.stats.target_passes < plain.stats.target_passes or drafter == "self"

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from burble.asr.options import TranscribeOptions
-from burble.asr.transcribe import WindowResult
+from burble.asr.window import WindowResult
 from burble.batch.batched import BatchedTranscriber, BatchOptions, window_features
 from burble.batch.segment import Chunk
 from burble.decoding.stats import SpeculativeStats
@@ -68,7 +68,7 @@ def test_fallback_redecodes_only_failing_windows(asr, clips, monkeypatch):
         0.4: [(-1.5, 1.2)],
     }
 
-    def fake(features, prompt, opts, *, temperature=0.0, stats=None):
+    def fake(features, prompt, opts, *, temperature=0.0, stats=None, extra_processors=None):
         calls.append((temperature, features.shape[0]))
         return [WindowResult(tokens=[asr.tokenizer.encode(" ok")[0]], avg_logprob=lp, no_speech_prob=0.0, temperature=temperature,
                              compression_ratio=ratio) for lp, ratio in plan[temperature]]
@@ -121,7 +121,7 @@ def test_text_stopping_early_continues_in_a_new_window(asr, clips, monkeypatch):
     ]
     offsets, calls = [], []
 
-    def fake(features, prompt, opts, *, temperature=0.0, stats=None):
+    def fake(features, prompt, opts, *, temperature=0.0, stats=None, extra_processors=None):
         calls.append(features.shape[0])
         return [WindowResult(tokens=replies[len(calls) - 1], avg_logprob=-0.1, no_speech_prob=0.0, temperature=0.0,
                              compression_ratio=1.0) for _ in range(features.shape[0])]

@@ -111,8 +111,6 @@ def test_find_trim_time_prefers_latest_committed_boundary():
     ]
     assert find_trim_time(committed, window_start=0.0) == 1.3
     assert find_trim_time(committed, window_start=1.3) is None
-    # A segment boundary inside the committed text counts; one beyond it does not.
-    assert find_trim_time(committed, window_start=1.3, segment_ends=[1.5, 2.5]) == 1.5
     # No boundary: only a forced trim cuts, at the last committed word.
     plain = [Word(" so", 2.0, 2.2), Word(" then", 2.2, 2.6)]
     assert find_trim_time(plain, window_start=1.8) is None

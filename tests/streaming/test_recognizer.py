@@ -13,10 +13,8 @@ from burble.metrics.wer import corpus_wer
 from burble.streaming.loop import PipelineOptions, asr_pipeline
 from burble.streaming.recognizer import StreamingOptions, WhisperStreamingRecognizer
 from burble.streaming.sources import ArraySource, MicrophoneSource
-from burble.testing import dev_audio_items, dev_item
+from burble.testing import dev_audio_items, dev_item, require_shared
 from burble.testing.virtual_mic import VirtualMicrophone, unavailable_reason
-
-CLIPS = ["jfk_inaugural_ask_not", "ls_1089-134686-0000", "lj_LJ001-0001"]
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +72,15 @@ def test_speculation_does_not_change_the_result(asr):
     assert rec_a.stats.decoding.target_passes < rec_b.stats.decoding.target_passes
 
 
-@pytest.mark.parametrize("clip_ids", [CLIPS, pytest.param(None, marks=pytest.mark.slow)])
-def test_streaming_wer_close_to_offline(asr, clip_ids):
-    items = [i for i in dev_audio_items() if clip_ids is None or i.id in clip_ids]
+@pytest.mark.slow
+def test_streaming_wer_close_to_offline(asr):
+    """Corpus WER of streaming is within 10% (relative) of offline greedy over all of dev-audio.
+
+    A few clips would not mean it: on three clips one word is several percent of WER.
+    """
+    require_shared()
+    items = list(dev_audio_items())
+    assert len(items) >= 20 and sum(i.duration_s for i in items) > 180  # the whole set, not a sample
     streaming_pairs, offline_pairs = [], []
     for item in items:
         audio = load_audio(str(item.audio_path))
@@ -86,7 +90,7 @@ def test_streaming_wer_close_to_offline(asr, clip_ids):
         offline_pairs.append((item.text, offline.text))
     streaming, offline = corpus_wer(streaming_pairs), corpus_wer(offline_pairs)
     print(f"{len(items)} clips: streaming WER {streaming:.3f}, offline {offline:.3f}")
-    assert streaming <= 1.1 * offline + 0.02, f"streaming WER {streaming:.3f} vs offline {offline:.3f}"
+    assert streaming <= 1.1 * offline, f"streaming WER {streaming:.3f} vs offline {offline:.3f}"
 
 
 @pytest.mark.slow

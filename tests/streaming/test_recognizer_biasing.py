@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import burble
-from burble.asr.frontend import load_audio
+from burble.audio.io import load_audio
 from burble.metrics import normalize_text
 from burble.streaming.recognizer import StreamingOptions
 from burble.testing import dev_item
@@ -36,11 +36,8 @@ def lm_path():
 def offline_text(asr, audio, config) -> str:
     from burble.asr.fusion import processor_factory
 
-    asr.extra_processors = processor_factory(config, asr.tokenizer) if config is not None else None
-    try:
-        return asr.transcribe(audio, beam_size=1, temperatures=(0.0,)).text
-    finally:
-        asr.extra_processors = None
+    factory = processor_factory(config, asr.tokenizer) if config is not None else None
+    return asr.transcribe(audio, beam_size=1, temperatures=(0.0,), extra_processors=factory).text
 
 
 def test_stream_hotwords_commit_the_boosted_name(asr):

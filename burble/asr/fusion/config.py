@@ -1,8 +1,8 @@
 """One description of "how to bias decoding" for the CLI, the Python API and the WebSocket ``start`` message.
 
 :class:`BiasingConfig` names an n-gram LM (path + :class:`FusionOptions`) and/or boosted phrases;
-:func:`processor_factory` turns it into the per-window processor factory that
-``WhisperASR.extra_processors`` takes (called with the prompt length of each window).
+:func:`processor_factory` turns it into the per-window processor factory that the per-call
+``extra_processors`` argument of ``WhisperASR`` takes (called with the prompt length of each window).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def _cached_booster(phrases: tuple[Phrase, ...], tokenizer: WhisperTokenizer, ca
 def processor_factory(
     config: BiasingConfig, tokenizer: WhisperTokenizer, *, lm: Any = None
 ) -> Optional[ProcessorFactory]:
-    """``sample_begin -> [ShallowFusion?, PhraseBooster?]`` for ``WhisperASR.extra_processors``.
+    """``sample_begin -> [ShallowFusion?, PhraseBooster?]`` for a call's ``extra_processors``.
 
     Args:
       config: what to apply.

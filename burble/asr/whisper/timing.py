@@ -9,7 +9,7 @@ the path enters and leaves its tokens.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -18,50 +18,54 @@ from scipy.ndimage import median_filter
 
 from burble.asr.frontend import TIME_PER_AUDIO_TOKEN
 from burble.asr.options import TranscribeOptions
+from burble.asr.prompt import sot_sequence
 from burble.asr.results import Word
-from burble.asr.whisper.model import WhisperTextModel
-
-if TYPE_CHECKING:
-    from burble.asr.pipeline import WhisperASR
+from burble.asr.tokenizer import WhisperTokenizer
+from burble.asr.whisper.model import Whisper, WhisperTextModel
+from burble.asr.window import SegmentPiece, clamp_word_durations
 
 MEDIAN_FILTER_WIDTH = 7
 
 
 def find_alignment(
-    asr: "WhisperASR",
+    model: Whisper,
+    tokenizer: WhisperTokenizer,
+    start_of_transcript: Sequence[int],
     text_tokens: list[int],
     audio_features: torch.Tensor,
     num_frames: int,
     *,
-    text_model: Optional["WhisperTextModel"] = None,
+    text_model: Optional[WhisperTextModel] = None,
 ) -> list[Word]:
     """Align ``text_tokens`` (no specials) to the first ``num_frames`` mel frames of a window.
 
     Args:
+      start_of_transcript: the decode's start-of-transcript sequence
+        (:func:`burble.asr.prompt.sot_sequence`: language and task of that decode).
       text_model: the decoder already bound to ``audio_features`` (reuses its cross-attention K/V).
 
     Returns one :class:`Word` per word, with times relative to the window start.
     """
-    tokenizer = asr.tokenizer
     if not text_tokens:
         return []
-    start_sequence = list(tokenizer.sot_sequence) + [tokenizer.no_timestamps]
-    tokens = torch.tensor([start_sequence + text_tokens + [tokenizer.eot]], device=asr.device)
+    start_sequence = list(start_of_transcript) + [tokenizer.no_timestamps]
+    tokens = torch.tensor([start_sequence + text_tokens + [tokenizer.eot]], device=model.device)
     capture: dict[int, list[int]] = {}
-    for layer, head in asr.model.alignment_heads:
+    for layer, head in model.alignment_heads:
         capture.setdefault(layer, []).append(head)
     if text_model is None:
-        text_model = WhisperTextModel(asr.model, audio_features)
+        text_model = WhisperTextModel(model, audio_features)
     cache = text_model.new_cache(1, tokens.shape[1])
     with torch.inference_mode():
-        logits, scores = asr.model.decoder(tokens, cache, capture=capture)
+        logits, scores = model.decoder(tokens, cache, capture=capture)
     probs = torch.softmax(logits[0, len(start_sequence) - 1 : -1, : tokenizer.eot], dim=-1)
-    token_probs = probs[torch.arange(len(text_tokens)), torch.tensor(text_tokens)].tolist()
+    token_probs = probs[torch.arange(len(text_tokens), device=probs.device), torch.tensor(text_tokens, device=probs.device)].tolist()
 
     weights = torch.cat([s[0] for s in scores], dim=0)[:, :, : num_frames // 2]  # (heads, T, frames)
-    weights = weights.softmax(dim=-1)
+    weights = weights.float().softmax(dim=-1)
     std, mean = torch.std_mean(weights, dim=-2, keepdim=True, unbiased=False)
-    weights = ((weights - mean) / std).numpy()
+    # The median filter and DTW run on the CPU (scipy, librosa): copy off the device first.
+    weights = ((weights - mean) / std).cpu().numpy()
     weights = median_filter(weights, size=(1, 1, MEDIAN_FILTER_WIDTH), mode="nearest")
     # Rows are input positions: <|notimestamps|> (which predicts the first text token) through the
     # last text token (which predicts end-of-text), i.e. one row more than there are text tokens.
@@ -106,8 +110,9 @@ def _merge_punctuations(words: list[Word], prepend: str, append: str) -> list[Wo
 
 
 def add_word_timestamps(
-    asr: "WhisperASR",
-    pieces: list[dict],
+    model: Whisper,
+    tokenizer: WhisperTokenizer,
+    pieces: list[SegmentPiece],
     audio_features: torch.Tensor,
     *,
     num_frames: int,
@@ -116,33 +121,32 @@ def add_word_timestamps(
     last_speech_timestamp: float,
     text_model: Optional[WhisperTextModel] = None,
 ) -> float:
-    """Fill ``piece["words"]`` for the segments of one window; return the last word end.
+    """Fill ``piece.words`` for the segments of one window; return the last word end.
 
     Args:
-      pieces: the window's segments (dicts with ``tokens``, ``start``, ``end``).
+      pieces: the window's segments.
       num_frames: mel frames of real audio in the window.
       time_offset: the window's start time in seconds.
+      options: the window's options (its start-of-transcript sequence, punctuation merging).
     """
-    eot = asr.tokenizer.eot
-    text_tokens = [t for piece in pieces for t in piece["tokens"] if t < eot]
-    words = find_alignment(asr, text_tokens, audio_features, num_frames, text_model=text_model)
-    # Long words at pause boundaries are usually misaligned: clamp to twice the median duration.
-    durations = np.array([w.end - w.start for w in words if w.end > w.start])
-    max_duration = 2 * float(np.median(durations)) if len(durations) else 0.0
+    eot = tokenizer.eot
+    text_tokens = [t for piece in pieces for t in piece.tokens if t < eot]
+    aligned = find_alignment(
+        model, tokenizer, sot_sequence(tokenizer, options), text_tokens, audio_features, num_frames, text_model=text_model
+    )
+    words = clamp_word_durations(aligned, keep="end")
     word_index = 0
     for piece in pieces:
-        count = len(asr.tokenizer.split_to_word_tokens([t for t in piece["tokens"] if t < eot])[0])
-        piece_words: list[Word] = []
-        for word in words[word_index : word_index + count]:
-            start, end = time_offset + word.start, time_offset + word.end
-            if max_duration and end - start > max_duration:
-                start = max(start, end - max_duration)
-            piece_words.append(Word(word.word, round(start, 3), round(end, 3), round(word.probability, 4)))
+        count = len(tokenizer.split_to_word_tokens([t for t in piece.tokens if t < eot])[0])
+        piece_words = [
+            Word(word.word, round(time_offset + word.start, 3), round(time_offset + word.end, 3), round(word.probability, 4))
+            for word in words[word_index : word_index + count]
+        ]
         word_index += count
         piece_words = _merge_punctuations(piece_words, options.prepend_punctuations, options.append_punctuations)
         if piece_words:
             # Segment bounds follow the words (timestamp tokens are coarser).
-            piece["start"], piece["end"] = piece_words[0].start, max(piece_words[-1].end, piece_words[0].start)
+            piece.start, piece.end = piece_words[0].start, max(piece_words[-1].end, piece_words[0].start)
             last_speech_timestamp = piece_words[-1].end
-        piece["words"] = piece_words
+        piece.words = piece_words
     return last_speech_timestamp

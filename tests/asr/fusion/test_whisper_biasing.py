@@ -28,11 +28,8 @@ def audio():
 def transcribe(asr, audio, config):
     from burble.asr.fusion import processor_factory
 
-    asr.extra_processors = processor_factory(config, asr.tokenizer) if config is not None else None
-    try:
-        return asr.transcribe(audio, beam_size=5, temperatures=(0.0,)).text.strip()
-    finally:
-        asr.extra_processors = None
+    factory = processor_factory(config, asr.tokenizer) if config is not None else None
+    return asr.transcribe(audio, beam_size=5, temperatures=(0.0,), extra_processors=factory).text.strip()
 
 
 def test_boosting_recovers_a_name_beam_search_misses(asr, audio):

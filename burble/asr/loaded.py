@@ -1,0 +1,60 @@
+"""A Whisper checkpoint made ready to decode: the model on its device, the tokenizer, its token lists.
+
+:class:`LoadedWhisper` is what every decoding module below :class:`~burble.asr.pipeline.WhisperASR`
+receives. It is read-only after loading, so one instance serves many concurrent callers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from burble.asr.tokenizer import WhisperTokenizer
+from burble.asr.whisper.loading import Checkpoint
+from burble.asr.whisper.model import Whisper
+
+
+@dataclass(frozen=True)
+class LoadedWhisper:
+    """The parts of a loaded checkpoint that decoding uses.
+
+    Attributes:
+      name: the checkpoint's name.
+      model: the PyTorch model, on its device, in eval mode.
+      tokenizer: the shared tokenizer (it holds no per-call state).
+      suppress_ids: the checkpoint's non-speech token list (``None``: the tokenizer's default set).
+      suppress_ids_begin: tokens forbidden as the first token of a window (blank, end-of-text).
+    """
+
+    name: str
+    model: Whisper
+    tokenizer: WhisperTokenizer
+    suppress_ids: tuple[int, ...] | None
+    suppress_ids_begin: tuple[int, ...]
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint: Checkpoint, device: str | torch.device = "cpu") -> "LoadedWhisper":
+        model = checkpoint.model.to(device)
+        tokenizer = WhisperTokenizer(checkpoint.tokenizer_path, multilingual=model.dims.multilingual)
+        if checkpoint.alignment_heads:
+            model.alignment_heads = [(int(layer), int(head)) for layer, head in checkpoint.alignment_heads]
+        begin = checkpoint.suppress_ids_begin or [tokenizer.encode(" ")[0], tokenizer.eot]
+        return cls(
+            name=checkpoint.name,
+            model=model,
+            tokenizer=tokenizer,
+            suppress_ids=tuple(checkpoint.suppress_ids) if checkpoint.suppress_ids else None,
+            suppress_ids_begin=tuple(begin),
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @torch.inference_mode()
+    def encode(self, mel: torch.Tensor) -> torch.Tensor:
+        """Encoder states ``(B, 1500, D)`` of ``(n_mels, 3000)`` or ``(B, n_mels, 3000)`` features."""
+        if mel.dim() == 2:
+            mel = mel.unsqueeze(0)
+        return self.model.embed_audio(mel.to(self.device))

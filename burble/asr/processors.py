@@ -1,0 +1,50 @@
+"""The logits-processor chain of one Whisper window: suppression, the blank rule, the timestamp grammar.
+
+A caller's own processors (shallow fusion, phrase boosting) join per call through a
+:data:`ProcessorFactory`; the model holds none of its own, so two callers never share biasing.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+from burble.asr.loaded import LoadedWhisper
+from burble.asr.options import TranscribeOptions
+from burble.asr.tokenizer import TIME_PRECISION
+from burble.asr.whisper.rules import TimestampRules
+from burble.decoding.logits import LogitsProcessor, SuppressAtBegin, SuppressTokens
+
+# Builds extra processors for one window, given the prompt length (sample_begin).
+ProcessorFactory = Callable[[int], Sequence[LogitsProcessor]]
+
+
+def suppressed_tokens(whisper: LoadedWhisper, options: TranscribeOptions) -> list[int]:
+    """Tokens never sampled: the options' list (``-1``: the non-speech symbols) and the specials."""
+    tokenizer = whisper.tokenizer
+    ids: set[Optional[int]] = set()
+    for token in options.suppress_tokens:
+        if token >= 0:
+            ids.add(token)
+        elif token == -1:
+            ids.update(whisper.suppress_ids or tokenizer.non_speech_tokens)
+    ids.update(
+        [tokenizer.transcribe, tokenizer.translate, tokenizer.sot, tokenizer.sot_prev,
+         tokenizer.special.get("<|startoflm|>"), tokenizer.no_speech]
+    )
+    return sorted(i for i in ids if i is not None)
+
+
+def window_processors(
+    whisper: LoadedWhisper, prompt: list[int], options: TranscribeOptions, extra: Optional[ProcessorFactory] = None
+) -> list[LogitsProcessor]:
+    """The chain for one window; ``extra`` (one caller's biasing) gets the prompt length."""
+    sample_begin = len(prompt)
+    chain: list[LogitsProcessor] = [SuppressTokens(suppressed_tokens(whisper, options))]
+    if options.suppress_blank:
+        chain.append(SuppressAtBegin(whisper.suppress_ids_begin, sample_begin))
+    if prompt[-1] != whisper.tokenizer.no_timestamps and not options.without_timestamps:
+        index = round(options.max_initial_timestamp / TIME_PRECISION)
+        chain.append(TimestampRules(whisper.tokenizer, sample_begin, index))
+    if extra is not None:
+        chain.extend(extra(sample_begin))
+    return chain
