@@ -18,6 +18,10 @@ computes the same frames causally:
   after a short pause); a frame emitted before a louder one keeps a lower floor than offline
   would give it (only values more than 8 below the later maximum differ, i.e. near-silence).
   ``clamp="none"`` skips the clamp (the scaling stays), for callers that clamp themselves.
+  Measured on the 21 dev recordings (10 ms pushes): 2.7% of values differ from offline, in the
+  14.7% of frames before each recording's loudest frame, by at most 0.96 (scaled units); greedy
+  tiny.en through the streaming encoder gave the same text from streaming and offline features
+  on all 20 short clips.
 * **Cost.** The state keeps only the samples of windows not emitted yet (fewer than 400 plus the
   pushed block), so a push costs O(new samples) and never recomputes the past.
 
@@ -107,7 +111,9 @@ class StreamingLogMel:
         """
         if self.finished:
             raise RuntimeError("the stream was flushed; call reset() to start another")
-        new = torch.as_tensor(samples, dtype=torch.float32).reshape(-1)
+        new = torch.as_tensor(samples, dtype=torch.float32)
+        if new.dim() != 1:  # flattening (n, channels) would interleave channels silently
+            raise ValueError(f"expected 1-D mono samples, got shape {tuple(new.shape)}")
         self.n_samples += new.numel()
         self._buffer = torch.cat([self._buffer, new])
         if not self._padded:

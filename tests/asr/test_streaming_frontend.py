@@ -15,7 +15,7 @@ import torch
 
 import burble.asr.streaming_frontend as streaming_frontend
 from burble.asr.frontend import HOP_LENGTH, log_mel_from_power, log_mel_spectrogram, power_spectrum, scale_log_mel
-from burble.asr.streaming_frontend import StreamingLogMel, StreamingLogMelOptions
+from burble.asr.streaming_frontend import ClampMode, StreamingLogMel, StreamingLogMelOptions
 from burble.audio import SAMPLE_RATE
 from burble.testing.dev_audio import dev_audio_items, require_shared
 
@@ -57,8 +57,8 @@ def _pieces(total: int, seed: int) -> list[tuple[int, int]]:
     return spans
 
 
-def _stream(audio: np.ndarray, seed: int, clamp: str = "running") -> tuple[torch.Tensor, StreamingLogMel]:
-    frontend = StreamingLogMel(StreamingLogMelOptions(clamp=clamp))  # type: ignore[arg-type]
+def _stream(audio: np.ndarray, seed: int, clamp: ClampMode = "running") -> tuple[torch.Tensor, StreamingLogMel]:
+    frontend = StreamingLogMel(StreamingLogMelOptions(clamp=clamp))
     frames = [frontend.push(audio[a:b]) for a, b in _pieces(len(audio), seed)]
     frames.append(frontend.flush())
     assert frontend.n_frames == sum(f.shape[1] for f in frames)
@@ -195,3 +195,8 @@ def test_negative_control_the_running_clamp_is_not_offline_when_the_loudest_fram
     audio = _loudest_first(clips[0])[::-1].copy()
     with pytest.raises(AssertionError):
         torch.testing.assert_close(_stream(audio, seed=0)[0], log_mel_spectrogram(audio), atol=CLAMPED_ATOL, rtol=0)
+
+
+def test_multichannel_blocks_are_refused() -> None:
+    with pytest.raises(ValueError, match="1-D"):
+        StreamingLogMel().push(np.zeros((1600, 2), dtype=np.float32))
