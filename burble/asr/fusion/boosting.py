@@ -42,6 +42,7 @@ from typing import Iterable, Optional, Sequence
 
 import torch
 
+from burble.asr.fusion.prefix_state import PrefixTrie
 from burble.asr.fusion.words import breaks_word, is_boundary, word_boundary_mask
 from burble.asr.tokenizer import WhisperTokenizer
 
@@ -124,7 +125,8 @@ class _Node:
     fail: Optional["_Node"] = None
     phrase: Optional[int] = None  # index of the phrase a surface form ends here
     output: Optional["_Node"] = None  # nearest proper suffix state that ends a phrase
-    moves: dict[bool, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    # Memo of PhraseAutomaton.moves per (word_start, vocab size, device).
+    moves: dict[tuple[bool, int, torch.device], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
 
 class PhraseAutomaton:
@@ -195,10 +197,15 @@ class PhraseAutomaton:
             walk = walk.fail
         return self.root
 
-    def moves(self, node: _Node, word_start: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Tokens leading away from the root: ids, whether each is a child of ``node``, and the
-        target's weight (children) or potential (fallbacks)."""
-        if word_start not in node.moves:
+    def moves(
+        self, node: _Node, word_start: bool, vocab_size: int, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Tokens below ``vocab_size`` leading away from the root: ids, whether each is a child of
+        ``node``, and the target's weight (children) or potential (fallbacks), on ``device``.
+
+        Memoised per node: a decoding step then moves no tensors to the device."""
+        key = (word_start, vocab_size, device)
+        if key not in node.moves:
             targets: dict[int, _Node] = dict(node.children) if node is not self.root else {}
             walk: Optional[_Node] = node.fail if node is not self.root else node
             while walk is not None:
@@ -206,15 +213,15 @@ class PhraseAutomaton:
                 for token, child in state.children.items():
                     if token not in targets and self._enterable(child, word_start):
                         targets[token] = child
-            ids = torch.tensor(list(targets), dtype=torch.long)
             child_of = node.children if node is not self.root else {}
-            is_child = torch.tensor([t in child_of for t in targets], dtype=torch.bool)
+            kept = [(t, target) for t, target in targets.items() if t < vocab_size]
+            ids = torch.tensor([t for t, _ in kept], dtype=torch.long)
+            is_child = torch.tensor([t in child_of for t, _ in kept], dtype=torch.bool)
             value = torch.tensor(
-                [target.weight if t in child_of else target.potential for t, target in targets.items()],
-                dtype=torch.float32,
+                [target.weight if t in child_of else target.potential for t, target in kept], dtype=torch.float32
             )
-            node.moves[word_start] = (ids, is_child, value)
-        return node.moves[word_start]
+            node.moves[key] = (ids.to(device), is_child.to(device), value.to(device))
+        return node.moves[key]
 
 
 @dataclass(frozen=True)
@@ -237,7 +244,8 @@ class PhraseBooster:
       sample_begin: prompt length; matching starts at the first generated token.
       case_variants: also boost Capitalized and lower-case forms.
       default_weight: per-token bonus of phrases given without a weight.
-      max_cache: cached prefixes kept before pruning to the live rows.
+      max_cache: prefix states kept before pruning to the live rows (see
+        :class:`~burble.asr.fusion.prefix_state.PrefixTrie`).
     """
 
     adds_score = True
@@ -261,13 +269,19 @@ class PhraseBooster:
             for form in surface_forms(phrase.text, case_variants):
                 sequences.append((tokenizer.encode(form), phrase.weight, index))
         self.automaton = PhraseAutomaton(sequences, lambda token: not tokenizer.piece(token).startswith("Ġ"))
-        self._cache: dict[tuple[int, ...], BoostState] = {}
+        # States of generated-token prefixes (the prompt is not matched, so it is not in the keys).
+        self._cache: PrefixTrie[BoostState] = self._new_cache()
+        # Per (vocab size, device): the word-boundary mask as float.
+        self._boundary: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+    def _new_cache(self) -> PrefixTrie[BoostState]:
+        return PrefixTrie(lambda: self.initial, lambda state, token: self.step(state, token)[1], self.max_cache)
 
     def for_window(self, sample_begin: int) -> "PhraseBooster":
         """A booster for another prompt length sharing this one's automaton (fresh prefix cache)."""
         clone = copy.copy(self)
         clone.sample_begin = sample_begin
-        clone._cache = {}
+        clone._cache = clone._new_cache()
         return clone
 
     @property
@@ -318,44 +332,39 @@ class PhraseBooster:
         return reward, BoostState(target, provisional, breaks_word(tokenizer, token), repeat_of)
 
     def state(self, row: Sequence[int]) -> BoostState:
-        """State after a full token row (matching starts at ``sample_begin``), from the longest cached prefix."""
-        key = tuple(row[self.sample_begin :])
-        cached = self._cache.get(key)
-        if cached is not None:
-            return cached
-        start = max(len(key) - 1, 0)
-        while start > 0 and key[:start] not in self._cache:
-            start -= 1
-        state = self._cache[key[:start]] if start > 0 else self.initial
-        for i in range(start, len(key)):
-            state = self.step(state, key[i])[1]
-            self._cache[key[: i + 1]] = state
-        return state
+        """State after a full token row (matching starts at ``sample_begin``), walked through the prefix trie."""
+        return self._cache.walk(row[self.sample_begin :]).state
+
+    def _boundary_mask(self, vocab_size: int, device: torch.device) -> torch.Tensor:
+        """The word-boundary mask as float on ``device``, made once per vocab and device."""
+        key = (vocab_size, device)
+        if key not in self._boundary:
+            self._boundary[key] = word_boundary_mask(self.tokenizer, vocab_size).to(device=device, dtype=torch.float32)
+        return self._boundary[key]
 
     def score(self, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
         """Reward ``(B, vocab_size)`` for each candidate next token of each row."""
-        rows = tokens.tolist()
-        if len(self._cache) > self.max_cache:
-            self._cache = {tuple(row[self.sample_begin :]): self.state(row) for row in rows}
         device = tokens.device
-        boundary = word_boundary_mask(self.tokenizer, vocab_size).to(device)
-        bonus = torch.zeros(len(rows), vocab_size, device=device)
-        for b, row in enumerate(rows):
-            state = self.state(row)
-            # Default: every token falls back to the root and revokes the provisional bonus, except
-            # that a word boundary first commits a completed phrase.
-            if state.provisional:
-                bonus[b] -= state.provisional
-            committed = self.committed(state)
-            if committed:
-                bonus[b] += committed * boundary
-            ids, is_child, value = self.automaton.moves(state.node, state.word_start)
-            keep = ids < vocab_size
-            if keep.any():
-                ids, is_child, value = ids[keep].to(device), is_child[keep].to(device), value[keep].to(device)
-                provisional = state.provisional - committed * boundary[ids]
-                # Children earn their weight on top of the provisional bonus; fallbacks replace it.
-                bonus[b, ids] = torch.where(is_child, value, value - provisional)
+        states = [node.state for node in self._cache.row_nodes(tokens[:, self.sample_begin :])]
+        committed = [self.committed(state) for state in states]
+        # One transfer for the per-row scalars (float32, as the per-row arithmetic was before).
+        scalars = torch.tensor([[s.provisional for s in states], committed], dtype=torch.float32, device=device)
+        provisional, commit = scalars[0], scalars[1]
+        boundary = self._boundary_mask(vocab_size, device)
+        # Default: every token falls back to the root and revokes the provisional bonus, except
+        # that a word boundary first commits a completed phrase.
+        bonus = commit[:, None] * boundary - provisional[:, None]
+        moves = [self.automaton.moves(state.node, state.word_start, vocab_size, device) for state in states]
+        counts = [len(ids) for ids, _, _ in moves]
+        total = sum(counts)
+        if total:
+            # All rows' moves in one scatter (output_size: no device sync to size the row index).
+            ids, is_child, value = (torch.cat(parts) for parts in zip(*moves))
+            repeats = torch.tensor(counts, device=device)
+            rows = torch.repeat_interleave(torch.arange(len(states), device=device), repeats, output_size=total)
+            left = provisional[rows] - commit[rows] * boundary[ids]
+            # Children earn their weight on top of the provisional bonus; fallbacks replace it.
+            bonus[rows, ids] = torch.where(is_child, value, value - left)
         return bonus
 
     def apply(self, logits: torch.Tensor, tokens: torch.Tensor) -> None:

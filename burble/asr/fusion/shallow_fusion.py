@@ -23,12 +23,8 @@ normaliser used to build the LM corpus), which may turn it into zero LM words (p
 several ("1818" -> "eighteen eighteen"); each LM word is scored in turn.
 
 State per hypothesis: beam search reorders rows every step, so the KenLM state belongs to the
-hypothesis' token prefix, not to the row. Prefixes form a trie (one node per token, so memory is
-O(nodes), not O(nodes x T) of tuple keys). Each call remembers its rows' nodes; a row of the next
-call finds its parent by comparing its tokens with those rows on the device (beam search: a
-parent of the last step; speculative verification: an ancestor a few tokens up), so a step costs
-O(1) per row instead of hashing O(T) prefix tuples. Only a row with no such parent walks the trie
-from the root.
+hypothesis' token prefix, not to the row; :class:`~burble.asr.fusion.prefix_state.PrefixTrie`
+keeps it (one node per prefix, a row's node found from its parent among the last call's rows).
 
 History: the LM starts from ``<s>``, then the explicit ``context`` text, then (with
 ``use_prompt_context``) the previous text Whisper is prompted with (between ``<|startofprev|>``
@@ -53,6 +49,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 import torch
 
 from burble.asr.fusion.normalize import LMTextNormalizer
+from burble.asr.fusion.prefix_state import PrefixTrie
 from burble.asr.fusion.words import is_boundary_piece, is_word_piece, word_boundary_mask, word_piece_mask
 from burble.asr.tokenizer import WhisperTokenizer
 
@@ -103,23 +100,6 @@ class _Hypothesis:
     eos: Optional[float] = None
 
 
-@dataclass(eq=False)
-class _Prefix:
-    """A node of the prefix trie: the LM hypothesis after the ``depth`` tokens on the path to it."""
-
-    hyp: _Hypothesis
-    depth: int
-    parent: Optional["_Prefix"] = None
-    children: dict[int, "_Prefix"] = field(default_factory=dict)
-
-    def ancestor(self, depth: int) -> Optional["_Prefix"]:
-        """The node ``depth`` tokens deep on this node's path (``None`` past a pruned trie's edge)."""
-        node: Optional[_Prefix] = self
-        while node is not None and node.depth > depth:
-            node = node.parent
-        return node if node is not None and node.depth == depth else None
-
-
 class ShallowFusion:
     """Adds ``alpha * ln P_LM(word | history) + beta`` for every word a hypothesis completes.
 
@@ -153,12 +133,7 @@ class ShallowFusion:
         self.sample_begin = sample_begin
         self.context = context
         self.max_cache = max_cache
-        self._root: Optional[_Prefix] = None  # the trie of prefixes seen (created on first use)
-        self._nodes = 0  # trie nodes created since the last pruning
-        # The rows of the last call (a copy: callers may pass views of a buffer they overwrite) and
-        # their nodes: the next call's rows find their parents among them.
-        self._last_tokens: Optional[torch.Tensor] = None
-        self._last_nodes: list[_Prefix] = []
+        self._trie: PrefixTrie[_Hypothesis] = PrefixTrie(self._begin, self._advance, max_cache)
         # Per (vocab size, device): the word-boundary mask as float (and the pending-penalty row).
         self._masks: dict[tuple[int, torch.device], tuple[torch.Tensor, Optional[torch.Tensor]]] = {}
 
@@ -214,53 +189,14 @@ class ShallowFusion:
             _, state = self.word_log10(state, word)
         return _Hypothesis(state)
 
-    def _child(self, node: _Prefix, token: int) -> _Prefix:
-        child = node.children.get(token)
-        if child is None:
-            child = _Prefix(self._advance(node.hyp, token), node.depth + 1, node)
-            node.children[token] = child
-            self._nodes += 1
-        return child
-
-    def _walk(self, row: Sequence[int]) -> _Prefix:
-        if self._root is None:
-            self._root = _Prefix(self._begin(), 0)
-        node = self._root
-        for token in row:
-            node = self._child(node, token)
-        return node
+    @property
+    def _nodes(self) -> int:
+        """Prefix-trie nodes created since the last pruning."""
+        return len(self._trie)
 
     def hypothesis(self, row: Sequence[int]) -> _Hypothesis:
         """LM state of a full token row (prompt included), walked through the prefix trie."""
-        return self._walk([int(t) for t in row]).hyp
-
-    def _row_nodes(self, tokens: torch.Tensor) -> list[_Prefix]:
-        """The trie node of each row, from a parent among the last call's rows where there is one."""
-        batch, length = tokens.shape
-        parent_depth = length - 1
-        parents = [-1] * batch
-        last = self._last_tokens
-        if last is not None and 0 < parent_depth <= last.shape[1] and last.device == tokens.device:
-            # Row b's parent prefix is an ancestor of old row j's node when their first
-            # ``parent_depth`` tokens agree: a (B, B_last) comparison on the device, one transfer.
-            same = (tokens[:, None, :parent_depth] == last[None, :, :parent_depth]).all(dim=-1)
-            first = torch.where(same.any(dim=1), same.to(torch.int8).argmax(dim=1), -1)
-            parents = first.tolist()
-        last_tokens = tokens[:, -1].tolist()
-        nodes = []
-        for b in range(batch):
-            parent = self._last_nodes[parents[b]].ancestor(parent_depth) if parents[b] >= 0 else None
-            nodes.append(self._child(parent, last_tokens[b]) if parent is not None else self._walk(tokens[b].tolist()))
-        if self._nodes > self.max_cache:
-            # Prune to the live rows: their nodes stay reachable from the memo, the trie starts afresh.
-            self._root = None
-            for node in nodes:
-                node.parent = None
-                node.children = {}
-            self._nodes = len({id(node) for node in nodes})
-        self._last_tokens = tokens.clone()
-        self._last_nodes = nodes
-        return nodes
+        return self._trie.walk(row).state
 
     def _device_masks(self, vocab_size: int, device: torch.device) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         """The boundary mask as float, and the pending-penalty row, made once per vocab and device."""
@@ -278,7 +214,7 @@ class ShallowFusion:
 
     def score(self, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
         """Bonus ``(B, vocab_size)`` in natural-log units for each candidate next token of each row."""
-        hyps = [node.hyp for node in self._row_nodes(tokens)]
+        hyps = [node.state for node in self._trie.row_nodes(tokens)]
         word = torch.tensor([self._complete(h)[0] for h in hyps], dtype=torch.float32, device=tokens.device)
         boundary, penalty = self._device_masks(vocab_size, tokens.device)
         bonus = word[:, None] * boundary
