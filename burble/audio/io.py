@@ -13,12 +13,17 @@ from typing import TYPE_CHECKING, Union
 import numpy as np
 
 from burble.audio import SAMPLE_RATE
+from burble.audio.pcm import to_pcm16
 from burble.audio.resample import resample
 
 if TYPE_CHECKING:
     import torch
 
 AudioInput = Union[str, Path, np.ndarray, "torch.Tensor"]
+
+# ``to_pcm16`` (float -> int16 PCM, what engines fed raw bytes want) lives in ``burble.audio.pcm``
+# with its inverse; it stays importable from here, where callers have always found it.
+__all__ = ["AudioDecodeError", "AudioInput", "load_audio", "to_audio_array", "to_pcm16"]
 
 
 class AudioDecodeError(ValueError):
@@ -63,9 +68,3 @@ def to_audio_array(audio: AudioInput) -> np.ndarray:
     if not np.all(np.isfinite(samples)):
         raise ValueError("audio contains NaN or infinite samples")
     return samples
-
-
-def to_pcm16(audio: np.ndarray) -> np.ndarray:
-    """Float [-1, 1] -> int16 PCM with clipping (what engines fed raw bytes want)."""
-    audio = np.asarray(audio, dtype=np.float32)
-    return (np.clip(audio, -1.0, 1.0) * 32767.0).round().astype(np.int16)

@@ -32,6 +32,7 @@ import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from burble.audio.pcm import to_float32, to_pcm16
 from burble.streaming.events import EVENT_TYPES, StreamEvent
 
 EventCallback = Callable[[StreamEvent], None]
@@ -121,14 +122,9 @@ class ServerError(Exception):
 
 def encode_audio(samples: np.ndarray, encoding: str) -> bytes:
     """Mono or ``(frames, channels)`` float/int16 samples -> the bytes of one binary frame."""
-    samples = np.asarray(samples)
     if encoding == "pcm_s16le":
-        if samples.dtype != np.int16:
-            samples = np.clip(np.round(samples.astype(np.float64) * 32768.0), -32768, 32767).astype(np.int16)
-        return samples.astype("<i2", copy=False).tobytes()
-    if samples.dtype == np.int16:
-        samples = samples.astype(np.float32) / 32768.0
-    return samples.astype("<f4", copy=False).tobytes()
+        return to_pcm16(samples).astype("<i2", copy=False).tobytes()
+    return to_float32(samples).astype("<f4", copy=False).tobytes()
 
 
 class StreamingClient:

@@ -29,16 +29,16 @@ from typing import Optional
 
 import numpy as np
 
-logger = logging.getLogger(__name__)
+from burble.audio import pcm
 
-_INT16_SCALE = 32768.0
+logger = logging.getLogger(__name__)
 
 
 def to_float32(samples: np.ndarray) -> np.ndarray:
     """Convert mono PCM (float or int16) to float32 in [-1, 1].
 
     Args:
-      samples: 1-D array; int16 is scaled by 1/32768, floats are cast.
+      samples: 1-D array; int16 is scaled by 1/32768, floats are cast (:func:`burble.audio.pcm.to_float32`).
 
     Raises:
       ValueError: for other integer types or arrays that are not 1-D.
@@ -46,11 +46,7 @@ def to_float32(samples: np.ndarray) -> np.ndarray:
     samples = np.asarray(samples)
     if samples.ndim != 1:
         raise ValueError(f"expected mono 1-D audio, got shape {samples.shape}")
-    if samples.dtype == np.int16:
-        return samples.astype(np.float32) / _INT16_SCALE
-    if np.issubdtype(samples.dtype, np.floating):
-        return samples.astype(np.float32, copy=False)
-    raise ValueError(f"unsupported sample dtype {samples.dtype} (use float32/float64 or int16)")
+    return pcm.to_float32(samples)
 
 
 def _to_storage(samples: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -58,13 +54,9 @@ def _to_storage(samples: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if samples.ndim != 1:
         raise ValueError(f"expected mono 1-D audio, got shape {samples.shape}")
     if dtype == np.float32:
-        return to_float32(samples)
+        return pcm.to_float32(samples)
     # int16 storage: scale floats, keep int16 as is (halves memory for long network buffers).
-    if samples.dtype == np.int16:
-        return samples
-    if not np.issubdtype(samples.dtype, np.floating):
-        raise ValueError(f"unsupported sample dtype {samples.dtype} (use float32/float64 or int16)")
-    return np.clip(np.round(samples * _INT16_SCALE), -32768, 32767).astype(np.int16)
+    return pcm.to_pcm16(samples)
 
 
 class RingBuffer:
@@ -236,9 +228,7 @@ class RingBuffer:
         return out
 
     def _as_float(self, data: np.ndarray) -> np.ndarray:
-        if self._dtype == np.int16:
-            return data.astype(np.float32) / _INT16_SCALE
-        return data
+        return pcm.to_float32(data)
 
     def read(self, start_index: int, n: int) -> np.ndarray:
         """Copy ``n`` samples starting at absolute index ``start_index`` (does not move the cursor).
