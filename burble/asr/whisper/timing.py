@@ -61,11 +61,15 @@ def find_alignment(
     probs = torch.softmax(logits[0, len(start_sequence) - 1 : -1, : tokenizer.eot], dim=-1)
     token_probs = probs[torch.arange(len(text_tokens), device=probs.device), torch.tensor(text_tokens, device=probs.device)].tolist()
 
-    weights = torch.cat([s[0] for s in scores], dim=0)[:, :, : num_frames // 2]  # (heads, T, frames)
+    # At least one audio frame: a window's last few milliseconds can hold less than one.
+    frames = max(1, num_frames // 2)
+    weights = torch.cat([s[0] for s in scores], dim=0)[:, :, :frames]  # (heads, T, frames)
     weights = weights.float().softmax(dim=-1)
     std, mean = torch.std_mean(weights, dim=-2, keepdim=True, unbiased=False)
+    # A frame that every token attends to equally has std 0; without the floor it turns into NaN
+    # and DTW fails (seen on a sampled fallback decode of a 0.08 s last window).
     # The median filter and DTW run on the CPU (scipy, librosa): copy off the device first.
-    weights = ((weights - mean) / std).cpu().numpy()
+    weights = ((weights - mean) / std.clamp_min(1e-12)).cpu().numpy()
     weights = median_filter(weights, size=(1, 1, MEDIAN_FILTER_WIDTH), mode="nearest")
     # Rows are input positions: <|notimestamps|> (which predicts the first text token) through the
     # last text token (which predicts end-of-text), i.e. one row more than there are text tokens.
