@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -12,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -64,7 +65,7 @@ def append_section(title: str, body: str, *, machine: str, write: bool = True) -
 
 
 def add_baseline_options(parser: argparse.ArgumentParser) -> None:
-    """``--baseline-ref`` and the hidden worker options that :func:`measure_at_ref` passes."""
+    """``--baseline-ref`` and the hidden worker options that :func:`measure_in_tree` passes."""
     parser.add_argument(
         "--baseline-ref", metavar="REF",
         help="also measure burble at git REF (a temporary worktree) and print 'before (REF)' and 'after' rows",
@@ -74,33 +75,40 @@ def add_baseline_options(parser: argparse.ArgumentParser) -> None:
 
 
 def write_worker_output(path: str, result: Any) -> None:
-    """What a worker run hands back to :func:`measure_at_ref`: its result and where burble came from."""
+    """What a worker run hands back to :func:`measure_in_tree`: its result and where burble came from."""
     import burble
 
     Path(path).write_text(json.dumps({"burble": burble.__file__, "result": result}))
 
 
-def measure_at_ref(ref: str, script: str, argv: Sequence[str], audio: Mapping[str, np.ndarray]) -> Any:
-    """Run ``script argv`` as a worker against burble at git ``ref``; return the worker's result.
+def measure_in_tree(tree: Path, script: str, argv: Sequence[str], audio: Mapping[str, np.ndarray]) -> Any:
+    """Run ``script argv`` as a worker process with burble imported from ``tree``; return its result.
 
-    ``ref`` is checked out as a temporary ``git worktree`` under the system temp folder and put first
-    on ``PYTHONPATH``; the script is this working tree's (so both runs measure the same way), and it
-    gets its audio as arrays (``--worker-audio``) so that it needs nothing from burble at ``ref`` but
-    the model and the recognizer.
+    The worker gets its audio as arrays (``--worker-audio``), so it needs nothing from burble at
+    ``tree`` but the model and the recognizer. Both sides of a before/after comparison run this
+    way, in fresh processes of the same shape: an in-process "after" beside a subprocess "before"
+    measured the process, not the code (peers' thread pools and allocator state in one, not the other).
     """
+    with tempfile.TemporaryDirectory(prefix="burble-worker-") as scratch:
+        np.savez(Path(scratch) / "audio.npz", **audio)
+        output = Path(scratch) / "result.json"
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH")) if p))
+        command = [sys.executable, script, *argv, "--worker-audio", str(Path(scratch) / "audio.npz"), "--worker-output", str(output)]
+        subprocess.run(command, check=True, env=env)
+        answer = json.loads(output.read_text())
+        if not Path(answer["burble"]).resolve().is_relative_to(Path(tree).resolve()):
+            raise RuntimeError(f"the worker imported burble from {answer['burble']}, not from {tree}")
+        return answer["result"]
+
+
+@contextlib.contextmanager
+def worktree_at(ref: str) -> Iterator[Path]:
+    """A temporary detached ``git worktree`` of ``ref`` under the system temp folder."""
     with tempfile.TemporaryDirectory(prefix="burble-baseline-") as scratch:
         tree = Path(scratch) / "tree"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), ref], check=True, capture_output=True)
         try:
-            np.savez(Path(scratch) / "audio.npz", **audio)
-            output = Path(scratch) / "result.json"
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH")) if p))
-            command = [sys.executable, script, *argv, "--worker-audio", str(Path(scratch) / "audio.npz"), "--worker-output", str(output)]
-            subprocess.run(command, check=True, env=env)
-            answer = json.loads(output.read_text())
-            if not Path(answer["burble"]).resolve().is_relative_to(tree.resolve()):
-                raise RuntimeError(f"the baseline run imported burble from {answer['burble']}, not from {tree}")
-            return answer["result"]
+            yield tree
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False, capture_output=True)
 

@@ -28,7 +28,7 @@ import torch  # noqa: E402
 
 import burble  # noqa: E402
 from common import add_baseline_options, append_section, machine_description, markdown_table  # noqa: E402
-from common import measure_at_ref, short_ref, worker_argv, write_worker_output  # noqa: E402
+from common import ROOT, measure_in_tree, short_ref, worker_argv, worktree_at, write_worker_output  # noqa: E402
 
 WARM_UP_ID = "jfk_inaugural_ask_not"
 WARM_UP_KEY = "__warm_up__"  # the warm-up clip among a worker's arrays (not timed)
@@ -45,6 +45,14 @@ def run_peer(model, audio, beam_size):
 
 def subset_of(item) -> str:
     return "long" if item.duration_s > 60 else "short"
+
+
+BASELINE_ROUNDS = 2  # worker runs per side with --baseline-ref
+
+
+def best_of(runs: list[dict[str, dict[str, list]]]) -> dict[str, dict[str, list]]:
+    """Per model and clip, the fastest of several worker runs' ``[seconds, text]``."""
+    return {name: {clip: min((run[name][clip] for run in runs), key=lambda r: r[0]) for clip in runs[0][name]} for name in runs[0]}
 
 
 def measure_burble(name: str, audio: dict[str, np.ndarray], beam_size: int, repeats: int) -> dict[str, list]:
@@ -79,7 +87,7 @@ def main(argv=None) -> int:
     add_baseline_options(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    if args.worker_output:  # a baseline run (see measure_at_ref): burble only, on the parent's audio
+    if args.worker_output:  # a worker run (see measure_in_tree): burble only, on the parent's audio
         audio = dict(np.load(args.worker_audio))
         write_worker_output(args.worker_output, {name: measure_burble(name, audio, args.beam_size, args.repeats) for name in args.models})
         return 0
@@ -93,22 +101,31 @@ def main(argv=None) -> int:
     audio = {item.id: load_audio(str(item.audio_path)) for item in items}
     warm_up_item = next(item for item in dev_audio_items() if item.id == WARM_UP_ID)
     warm_up = audio[WARM_UP_ID] if WARM_UP_ID in audio else load_audio(str(warm_up_item.audio_path))
-    before = {}
+    # With a baseline, before and after both run as worker processes of the same shape, alternating
+    # (before, after, before, after) so a drift in machine load hits both; each clip keeps its best.
+    workers = {}
     if args.baseline_ref:
         command = worker_argv(sys.argv[1:] if argv is None else argv)
-        before = measure_at_ref(args.baseline_ref, __file__, command, {**audio, WARM_UP_KEY: warm_up})
-    ours = "burble fp32 after (working tree)" if args.baseline_ref else "burble fp32"
+        arrays = {**audio, WARM_UP_KEY: warm_up}
+        labels = {"before": f"burble fp32 before ({short_ref(args.baseline_ref)})", "after": "burble fp32 after (working tree)"}
+        runs = {label: [] for label in labels.values()}
+        with worktree_at(args.baseline_ref) as tree:
+            for _ in range(BASELINE_ROUNDS):
+                runs[labels["before"]].append(measure_in_tree(tree, __file__, command, arrays))
+                runs[labels["after"]].append(measure_in_tree(ROOT, __file__, command, arrays))
+        workers = {label: best_of(results) for label, results in runs.items()}
     rows, profiles = [], []
     for name in args.models:
         asr = burble.load_model(name)
         systems = {
-            ours: lambda a, asr=asr: run_burble(asr, a, args.beam_size),
             "faster-whisper fp32": lambda a, m=faster_whisper_model(name, "float32", args.threads): run_peer(m, a, args.beam_size),
             "faster-whisper int8": lambda a, m=faster_whisper_model(name, "int8", args.threads): run_peer(m, a, args.beam_size),
         }
+        if not workers:
+            systems = {"burble fp32": lambda a, asr=asr: run_burble(asr, a, args.beam_size), **systems}
         for system in systems.values():  # warm-up (first-call compilation, allocator pools)
             system(warm_up)
-        labels = ([f"burble fp32 before ({short_ref(args.baseline_ref)})"] if before else []) + list(systems)
+        labels = list(workers) + list(systems)
         results = {s: {"short": [0.0, 0.0, []], "long": [0.0, 0.0, []]} for s in labels}
 
         def record(system: str, item, seconds: float, text: str) -> None:
@@ -119,8 +136,9 @@ def main(argv=None) -> int:
                 cell[2].append((item.text, text))
 
         for item in items:
-            if before and item.id in before[name]:
-                record(labels[0], item, *before[name][item.id])
+            for label, measured in workers.items():
+                if item.id in measured[name]:
+                    record(label, item, *measured[name][item.id])
             for system, fn in systems.items():
                 best = float("inf")
                 for _ in range(args.repeats):

@@ -33,7 +33,7 @@ import torch  # noqa: E402
 import burble  # noqa: E402
 from burble.streaming.recognizer import StreamingOptions, WhisperStreamingRecognizer  # noqa: E402
 from common import add_baseline_options, append_section, machine_description, markdown_table  # noqa: E402
-from common import measure_at_ref, short_ref, worker_argv, write_worker_output  # noqa: E402
+from common import ROOT, measure_in_tree, short_ref, worker_argv, worktree_at, write_worker_output  # noqa: E402
 
 try:
     from burble.audio import SAMPLE_RATE  # noqa: E402
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
     add_baseline_options(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    if args.worker_output:  # a baseline run (see measure_at_ref): the recognizer only, on the parent's audio
+    if args.worker_output:  # a worker run (see measure_in_tree): the recognizer only, on the parent's audio
         write_worker_output(args.worker_output, measure_streaming(args.model, dict(np.load(args.worker_audio)), args.chunks))
         return 0
     from burble.audio.io import load_audio
@@ -159,10 +159,15 @@ def main(argv=None) -> int:
     long_seconds = long_item.duration_s if LONG_KEY in arrays else None
     rows = []
     if args.baseline_ref:
-        before = measure_at_ref(args.baseline_ref, __file__, worker_argv(sys.argv[1:] if argv is None else argv), arrays)
+        # Before and after both run as worker processes of the same shape (see measure_in_tree).
+        command = worker_argv(sys.argv[1:] if argv is None else argv)
+        with worktree_at(args.baseline_ref) as tree:
+            before = measure_in_tree(tree, __file__, command, arrays)
         rows += table_rows(before, items, references, long_seconds, f"before ({short_ref(args.baseline_ref)})")
-    after_label = "after (working tree)" if args.baseline_ref else "working tree"
-    rows += table_rows(measure_streaming(args.model, arrays, args.chunks), items, references, long_seconds, after_label)
+        after = measure_in_tree(ROOT, __file__, command, arrays)
+        rows += table_rows(after, items, references, long_seconds, "after (working tree)")
+    else:
+        rows += table_rows(measure_streaming(args.model, arrays, args.chunks), items, references, long_seconds, "working tree")
     asr = burble.load_model(args.model)
     offline = corpus_wer([(item.text, asr.transcribe(audio[item.id], beam_size=1).text) for item in items])
     table = markdown_table(
