@@ -1,0 +1,213 @@
+"""Cache-aware streaming Whisper: encode each chunk once, re-decode only the uncommitted text.
+
+:class:`~burble.streaming.recognizer.WhisperStreamingRecognizer` re-encodes its whole window,
+zero-padded to 30 s, on every chunk. :class:`CacheAwareWhisperRecognizer` keeps the stream's
+encoder state instead (issue 13, first opt-in version):
+
+* **Features.** New samples go through the incremental log-mel frontend
+  (:class:`~burble.asr.streaming_frontend.StreamingLogMel`) and the new mel frames through the
+  block-causal encoder (:class:`~burble.asr.whisper.streaming_encoder.StreamingEncoder`): a chunk
+  of ``C`` frames plus ``R`` lookahead frames is encoded once against the per-layer K/V cache, so
+  the past is never re-encoded (only the ``R`` lookahead frames are computed twice).
+* **Decoder input.** The decoder needs Whisper's 30 s layout (content, then the encoder states of
+  zero-mel padding; without them it hallucinates), so each decode reads the cached content
+  followed by a padding tail of ``tail_frames`` frames, computed against the cache and never
+  cached. Streaming needs a longer tail than issue 13's whole-clip decodes (256 frames were
+  enough there): re-decoding 1-3 s windows, a 256-frame tail looped on several dev clips
+  (committed WER 0.105 over the 20 short clips) where 512 frames (10.24 s) gave 0.029 and 768
+  gave 0.045 (offline greedy: 0.045; the re-encoding recognizer: 0.061).
+* **Everything else is the re-encoding recognizer's**: the decode (``asr.decode_window`` with the
+  previous hypothesis as the lossless speculative draft), LocalAgreement commits, word timing by
+  DTW over the alignment heads, the trim rule (sentence ends, or a forced trim past
+  ``max_window_seconds``), the prompt of committed text. This class subclasses it and replaces
+  only where features come from and what a trim does.
+* **Trims.** When the window is trimmed, the encoder state is trimmed at the same point (on the
+  320-sample grid of encoder frames) and re-encodes only the frames that stay, so positions count
+  from the window start and stay below 1500. Endpoints start a fresh frontend and encoder state.
+
+The encoder's defaults, C = 1 s and R = 0.5 s, are the best variant measured in issue 13
+(lookahead 0.5 s beat R = 0 on WER).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from burble.asr.frontend import HOP_LENGTH
+from burble.asr.pipeline import WhisperASR
+from burble.asr.streaming_frontend import StreamingLogMel, StreamingLogMelOptions
+from burble.asr.whisper.streaming_encoder import EncoderState, StreamingEncoder, StreamingEncoderOptions
+from burble.audio import SAMPLE_RATE
+from burble.streaming.events import StreamEvent
+from burble.streaming.recognizer import RecognizerStats, StreamingOptions, WhisperStreamingRecognizer
+
+# One encoder frame is conv2's stride (2) over mel hops of 160 samples.
+SAMPLES_PER_FRAME = 2 * HOP_LENGTH
+
+
+@dataclass(frozen=True)
+class CacheAwareOptions:
+    """How the cache-aware recognizer encodes (lengths in 20 ms encoder frames) and decodes.
+
+    Args:
+      chunk_frames: ``C``, frames encoded and cached per encoder step (50 = 1 s).
+      lookahead_frames: ``R``, future frames each chunk sees (25 = 0.5 s); they are recomputed
+        with the next chunk.
+      tail_frames: zero-mel padding frames after the content in every decode's features (512 =
+        10.24 s; 256 looped on several dev clips, see the module docstring). They are reserved
+        in the 1500-position budget, so the window holds at most ``1500 - tail - 2C - R`` frames.
+      streaming: the decode and commit options shared with the re-encoding recognizer.
+    """
+
+    chunk_frames: int = 50
+    lookahead_frames: int = 25
+    tail_frames: int = 512
+    streaming: StreamingOptions = StreamingOptions()
+
+    def __post_init__(self) -> None:
+        if self.chunk_frames < 1 or self.lookahead_frames < 0 or self.tail_frames < 1:
+            raise ValueError("chunk_frames and tail_frames must be >= 1, lookahead_frames >= 0")
+
+    def encoder_options(self) -> StreamingEncoderOptions:
+        """The streaming encoder's options (its automatic trim is a backstop the recognizer never reaches)."""
+        return StreamingEncoderOptions(
+            chunk_frames=self.chunk_frames, lookahead_frames=self.lookahead_frames, tail_frames=self.tail_frames,
+            trim_keep_frames=0,
+        )
+
+
+@dataclass
+class CacheAwareStats(RecognizerStats):
+    """:class:`RecognizerStats` plus where the encoder's work goes.
+
+    Attributes:
+      encoder_frames: encoder frames computed by steps (each chunk's ``C + R``).
+      tail_frames: encoder frames computed for padding tails (pending received frames + padding).
+      trim_frames: encoder frames re-encoded by trims (the frames that stayed, with lookahead).
+      encoder_seconds: time in the frontend and encoder steps.
+      tail_seconds: time computing padding tails.
+      trim_seconds: time in encoder trims.
+      peak_position: the highest encoder position used (must stay below 1500).
+    """
+
+    encoder_frames: int = 0
+    tail_frames: int = 0
+    trim_frames: int = 0
+    encoder_seconds: float = 0.0
+    tail_seconds: float = 0.0
+    trim_seconds: float = 0.0
+    peak_position: int = -1
+
+
+class CacheAwareWhisperRecognizer(WhisperStreamingRecognizer):
+    """The :class:`~burble.streaming.stages.Recognizer` over a cached block-causal encoder.
+
+    One instance per stream; the model may be shared by many.
+
+    Args:
+      asr: the loaded recogniser (``burble.load_model(...)``).
+      options: encoder chunking and the shared streaming options.
+    """
+
+    def __init__(self, asr: WhisperASR, options: CacheAwareOptions = CacheAwareOptions()) -> None:
+        super().__init__(asr, options.streaming)
+        self.cache_options = options
+        self.stats: CacheAwareStats = CacheAwareStats()
+        self.encoder = StreamingEncoder(asr.model, options.encoder_options())
+        # The window may not outgrow the encoder's positions: received frames + tail < 1500.
+        self._max_window_samples = (self.encoder.capacity - 2 * options.chunk_frames - options.lookahead_frames) * SAMPLES_PER_FRAME
+        self._frontend = StreamingLogMel(StreamingLogMelOptions(n_mels=asr.model.dims.n_mels))
+        self._state = self.encoder.new_state()
+
+    # -- Recognizer protocol -------------------------------------------------------------------
+
+    def accept(self, audio: np.ndarray, start_sample: int) -> list[StreamEvent]:
+        """Add speech starting at absolute ``start_sample``, encode its new chunks, re-decode."""
+        audio = np.asarray(audio, dtype=np.float32)
+        end = self._window_start + len(self._audio)
+        if not len(self._audio) and not self._frontend.n_samples:
+            self._window_start = end = start_sample
+        elif start_sample < end:
+            audio = audio[end - start_sample :]  # overlap: keep only new samples
+        self.stats.audio_seconds += len(audio) / SAMPLE_RATE
+        if start_sample > end:
+            # A short gap inside an utterance (VAD dropped a pause): keep the time axis by padding.
+            audio = np.concatenate([np.zeros(start_sample - end, np.float32), audio])
+        # Pieces of at most one window bound, each trimmed for before it is pushed, so the
+        # encoder never runs out of positions (its own automatic trim would desync the window).
+        for begin in range(0, len(audio), self._max_window_samples // 2):
+            piece = audio[begin : begin + self._max_window_samples // 2]
+            overflow = len(self._audio) + len(piece) - self._max_window_samples
+            if overflow > 0:  # cut the oldest audio, as the re-encoding recognizer does past 29 s
+                self._trim_to(self._window_start + overflow + SAMPLES_PER_FRAME)
+            self._audio = np.concatenate([self._audio, piece])
+            self._push(piece)
+        events: list[StreamEvent] = []
+        committed = self._policy.insert(self._decode_words())
+        if committed:
+            events.append(self._commit(committed))
+        events.append(StreamEvent.from_words("partial", self._policy.tentative, segment_id=self.segment_id))
+        self._maybe_trim()
+        return events
+
+    def endpoint(self, at_sample: int) -> list[StreamEvent]:
+        """The utterance ended: commit everything, then start a fresh frontend and encoder state."""
+        events = super().endpoint(at_sample)
+        self._frontend.reset()
+        self._state = self.encoder.new_state()
+        return events
+
+    # -- internals -----------------------------------------------------------------------------
+
+    @property
+    def encoder_state(self) -> EncoderState:
+        """The stream's encoder state (positions since the window start)."""
+        return self._state
+
+    def _push(self, audio: np.ndarray) -> None:
+        """Frontend and encoder over the new samples: only the chunks that became final are encoded."""
+        started = time.perf_counter()
+        mel = self._frontend.push(audio)
+        before = self._state.n_final
+        output = self.encoder.step(self._state, mel)
+        # The window bound in accept keeps the encoder's own automatic trim from ever running: it
+        # would move position 0 away from the window start.
+        assert output.trimmed == 0, "the encoder trimmed by itself; window and positions disagree"
+        chunks = (self._state.n_final - before) // self.cache_options.chunk_frames
+        self.stats.encoder_frames += chunks * (self.cache_options.chunk_frames + self.cache_options.lookahead_frames)
+        self.stats.encoder_seconds += time.perf_counter() - started
+        self._note_position()
+
+    def _encode(self) -> tuple[torch.Tensor, int]:
+        """The decoder's features (cached content + padding tail) and the window's real mel frames."""
+        started = time.perf_counter()
+        state = self._state
+        tail = self.encoder.padding_tail(state).states
+        features = torch.cat([state.final_states(), tail], dim=1)
+        self.stats.tail_frames += tail.shape[1]
+        self.stats.tail_seconds += time.perf_counter() - started
+        self._note_position()
+        # The window's samples have mel frames up to len // 160 (the frontend holds the last
+        # <= 200 samples back); alignment reads encoder frames of the received audio only.
+        frames = min(len(self._audio) // HOP_LENGTH, 2 * state.n_received)
+        return features, frames
+
+    def _trim_to(self, sample: int) -> None:
+        """Trim the window and the encoder state together, on the encoder's frame grid."""
+        frames = max(0, sample - self._window_start) // SAMPLES_PER_FRAME
+        frames = min(frames, self._state.n_received)
+        if frames <= 0:
+            return
+        super()._trim_to(self._window_start + frames * SAMPLES_PER_FRAME)
+        started = time.perf_counter()
+        self.encoder.trim(self._state, frames)
+        chunk, lookahead = self.cache_options.chunk_frames, self.cache_options.lookahead_frames
+        self.stats.trim_frames += self._state.n_final // chunk * (chunk + lookahead)
+        self.stats.trim_seconds += time.perf_counter() - started
+
+    def _note_position(self) -> None:
+        self.stats.peak_position = max(self.stats.peak_position, self._state.peak_position)
