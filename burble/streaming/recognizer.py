@@ -48,6 +48,9 @@ from burble.streaming.events import StreamEvent, Word
 from burble.streaming.policy import LocalAgreement, find_trim_time
 
 
+COMMIT_POLICIES = ("local-agreement", "alignatt")
+
+
 @dataclass(frozen=True)
 class StreamingOptions:
     """How the streaming recognizer decodes and commits.
@@ -68,6 +71,11 @@ class StreamingOptions:
         :class:`~burble.asr.fusion.BiasingConfig`); the fusion LM's history is the committed text
         Whisper is prompted with, so it carries across chunks.
       hotwords: extra phrases to boost (e.g. a WebSocket session's ``hotwords``), added to ``biasing``.
+      policy: when words are committed: ``"local-agreement"`` (``agreement`` consecutive
+        hypotheses agree) or ``"alignatt"`` (a word is final once the alignment heads' attention
+        peak of the token after it lies at least ``alignatt_frames`` encoder frames before the
+        end of the received audio; SimulStreaming's AlignAtt).
+      alignatt_frames: AlignAtt's distance from the end of the audio, in 20 ms encoder frames.
     """
 
     agreement: int = 2
@@ -84,8 +92,14 @@ class StreamingOptions:
     language: Optional[str] = None
     biasing: Optional[BiasingConfig] = None
     hotwords: tuple[str, ...] = ()
+    policy: str = "local-agreement"
+    alignatt_frames: int = 10
 
     def __post_init__(self) -> None:
+        if self.policy not in COMMIT_POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(COMMIT_POLICIES)}, not {self.policy!r}")
+        if self.alignatt_frames < 0:
+            raise ValueError("alignatt_frames must be >= 0")
         if not 1.0 <= self.max_window_seconds <= 28.0:
             raise ValueError("max_window_seconds must be in [1, 28] (Whisper sees at most 30 s)")
 

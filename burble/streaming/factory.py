@@ -1,0 +1,63 @@
+"""Which streaming recognizer a command or the server builds: cache-aware or re-encoding.
+
+``burble stream``, ``burble listen``, ``burble serve`` and the benchmarks all build their
+recognizers here, so one switch (:class:`RecognizerChoice`) selects the encoder path everywhere:
+
+* ``"cache-aware"``: :class:`~burble.streaming.cache_aware.CacheAwareWhisperRecognizer`, which
+  encodes each chunk once against a per-layer K/V cache.
+* ``"re-encode"``: :class:`~burble.streaming.recognizer.WhisperStreamingRecognizer`, which
+  re-encodes its window zero-padded to 30 s every chunk.
+
+The commit policy (LocalAgreement-2 or AlignAtt) is a :class:`StreamingOptions` field and works
+with either encoder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from burble.asr.pipeline import WhisperASR
+from burble.streaming.cache_aware import CacheAwareOptions, CacheAwareWhisperRecognizer
+from burble.streaming.recognizer import StreamingOptions, WhisperStreamingRecognizer
+
+ENCODERS = ("cache-aware", "re-encode")
+FRAME_SECONDS = 0.02  # one Whisper encoder frame
+
+
+@dataclass(frozen=True)
+class RecognizerChoice:
+    """The encoder path of a stream's recognizer.
+
+    Attributes:
+      encoder: ``"cache-aware"`` or ``"re-encode"``.
+      lookahead_seconds: the cache-aware encoder's right context per chunk (``R``; multiples of
+        20 ms). Ignored by ``"re-encode"``.
+      encoder_chunk_seconds: the cache-aware encoder's chunk (``C``), independent of how often the
+        pipeline calls the recognizer. Ignored by ``"re-encode"``.
+    """
+
+    encoder: str = "re-encode"
+    lookahead_seconds: float = 0.5
+    encoder_chunk_seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.encoder not in ENCODERS:
+            raise ValueError(f"encoder must be one of {', '.join(ENCODERS)}, not {self.encoder!r}")
+        if not 0.0 <= self.lookahead_seconds <= 2.0:
+            raise ValueError("lookahead_seconds must be in [0, 2]")
+        if not FRAME_SECONDS <= self.encoder_chunk_seconds <= 4.0:
+            raise ValueError("encoder_chunk_seconds must be in [0.02, 4]")
+
+    def cache_aware_options(self, streaming: StreamingOptions) -> CacheAwareOptions:
+        """The cache-aware recognizer's options for these seconds (rounded to encoder frames)."""
+        return CacheAwareOptions(
+            chunk_frames=max(1, round(self.encoder_chunk_seconds / FRAME_SECONDS)),
+            lookahead_frames=round(self.lookahead_seconds / FRAME_SECONDS),
+            streaming=streaming,
+        )
+
+    def build(self, asr: WhisperASR, streaming: StreamingOptions = StreamingOptions()) -> WhisperStreamingRecognizer:
+        """A new recognizer (one per stream) over the shared loaded model."""
+        if self.encoder == "cache-aware":
+            return CacheAwareWhisperRecognizer(asr, self.cache_aware_options(streaming))
+        return WhisperStreamingRecognizer(asr, streaming)
