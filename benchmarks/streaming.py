@@ -1,29 +1,55 @@
-"""Streaming Whisper over the dev recordings: WER, AWED latency, RTF and decoder passes, per chunk size,
-with and without the previous-hypothesis speculative draft, side by side in one run.
+"""Streaming Whisper side by side (issue 13): {re-encode, cache-aware} encoder x {LocalAgreement-2,
+AlignAtt} commit policy x chunk size x cache-aware lookahead, over the dev recordings, in one run.
 
-Latency is measured on a *simulated real-time clock*, so the table does not depend on how loaded
-the machine is beyond the compute time itself: audio arrives at real-time pace; each recognizer
-call starts when ``chunk`` seconds of new audio are available or the previous call ended,
-whichever is later, takes all audio available at that moment (coalescing when behind, as the event
-loop does), and its events are emitted when the call returns (start + measured compute time).
-AWED = emission time - acoustic end of the word (pocketsphinx forced alignment of the reference),
-over words matched between hypothesis and reference. Compute RTF = recognizer seconds / audio seconds.
-VAD is not used here (every sample reaches the recognizer); endpoints are only at the end of files.
+Every recognizer is built by ``RecognizerChoice(encoder, lookahead_seconds).build(asr,
+StreamingOptions(policy, alignatt_frames))``; the previous-hypothesis speculative draft is on (the
+default). Streams run on a *simulated real-time clock* through the pipeline's own stages, so the
+table does not depend on how loaded the machine is beyond the compute time itself: audio arrives
+at real-time pace in the event loop's 0.1 s ticks; each tick's audio goes through ``VADStage``
+(speech only, with its absolute start sample, and ``Endpoint``s at pauses; ``--no-vad``: all audio,
+endpoints only at the end) and ``RecognizerStage``, which calls ``accept`` once ``chunk`` seconds of
+speech are pending and ``endpoint`` at each endpoint. A tick starts when its audio has arrived or
+the previous one returned, whichever is later, taking all audio available then (coalescing when
+behind, as the event loop does); its events are emitted when it returns (start + measured compute).
 
-    python benchmarks/streaming.py [--chunks 0.5 1 2] [--no-write] [--baseline-ref REF] [--limit N]
+Columns (short clips pooled; the long files in a second table, at ``--long-chunks`` only):
 
-``--baseline-ref REF`` measures burble at git REF too (a subprocess on a temporary worktree) and
-labels the rows ``before (REF)`` and ``after (working tree)``, one table from one run.
-``--limit N`` takes only the first N dev clips and skips the long recording (a quick check).
+* **WER**: committed (final) text vs the references; **x offline**: that / offline greedy WER
+  (``asr.transcribe(audio, beam_size=1)`` over the same recordings).
+* **AWED median / p90 s**: emission time - acoustic end of the word (pocketsphinx forced alignment
+  of the reference), over words matched exactly between committed text and reference.
+* **EOU median s**: end-of-utterance latency, per utterance: emission time of the final event that
+  holds the utterance's last reference word (matched, substitutions included) - that word's
+  acoustic end. Utterances: each short clip; each constituent clip of the joined file; in the
+  transcribed long recording, aligned words followed by >= 0.5 s of silence (and the last word; 20 utterances in the 20-prompt file).
+  ``(n/N)`` when only n of N utterances had their last word matched.
+* **compute RTF**: seconds inside the recognizer / audio seconds.
+* **encoder ms / call**: per decoding recognizer call; cache-aware: frontend + cached encoder
+  steps + padding tail + trims (``CacheAwareStats``); re-encode: the 30 s window encode (the
+  recognizer's ``_encode``, timed by a wrapper on the instance).
+* **decoder passes / call**: target decoder passes per decoding call.
+
+Long files: the transcribed long dev recording(s) (80 s) and the short clips joined in manifest
+order with 0.3 s of silence between them (references and alignments shifted by the clip offsets).
+
+    python benchmarks/streaming.py [--model tiny.en] [--encoders ...] [--policies ...] [--chunks 0.5 1 2]
+        [--lookaheads 0 0.5] [--alignatt-frames N] [--long-chunks 1] [--no-vad] [--no-long] [--limit N] [--no-write]
+
+``--limit N`` takes only the first N short clips and no long files (a quick check).
 """
 
 from __future__ import annotations
 
 import argparse
-import resource
+import asyncio
+import functools
+import math
 import sys
 import time
+import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -31,156 +57,295 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import burble  # noqa: E402
-from burble.streaming.recognizer import StreamingOptions, WhisperStreamingRecognizer  # noqa: E402
-from common import add_baseline_options, append_section, machine_description, markdown_table  # noqa: E402
-from common import ROOT, measure_in_tree, short_ref, worker_argv, worktree_at, write_worker_output  # noqa: E402
+from burble.audio import SAMPLE_RATE  # noqa: E402
+from burble.audio.vad import StreamingVAD, VADOptions  # noqa: E402
+from burble.metrics.alignment import AlignedWord  # noqa: E402
+from burble.metrics.latency import EmittedWord, LatencySummary, match_emitted_words  # noqa: E402
+from burble.metrics.wer import corpus_wer  # noqa: E402
+from burble.streaming.cache_aware import CacheAwareStats  # noqa: E402
+from burble.streaming.events import StreamEvent  # noqa: E402
+from burble.streaming.factory import ENCODERS, RecognizerChoice  # noqa: E402
+from burble.streaming.recognizer import COMMIT_POLICIES, StreamingOptions, WhisperStreamingRecognizer  # noqa: E402
+from burble.streaming.sources import AudioChunk  # noqa: E402
+from burble.streaming.stages import RecognizerStage, VADStage  # noqa: E402
+from common import append_section, machine_description, markdown_table  # noqa: E402
 
-try:
-    from burble.audio import SAMPLE_RATE  # noqa: E402
-except ImportError:  # a --baseline-ref from before burble/audio existed
-    from burble.asr.frontend import SAMPLE_RATE  # noqa: E402
-
-WARM_UP_KEY, LONG_KEY = "__warm_up__", "__long__"  # arrays of a worker that are not dev clips
-
-
-def simulate(asr, audio: np.ndarray, chunk: float, speculative: bool):
-    """Run one stream on the simulated clock; return (final events with emission times, stats, compute s)."""
-    recognizer = WhisperStreamingRecognizer(asr, StreamingOptions(speculative=speculative))
-    duration = len(audio) / SAMPLE_RATE
-    clock, position, compute = 0.0, 0, 0.0
-    emitted = []
-    while position < len(audio):
-        ready_at = min(duration, position / SAMPLE_RATE + chunk)
-        clock = max(clock, ready_at)
-        end = min(len(audio), int(clock * SAMPLE_RATE))
-        start = time.perf_counter()
-        events = recognizer.accept(audio[position:end], position)
-        spent = time.perf_counter() - start
-        compute += spent
-        clock += spent
-        emitted += [(e, clock) for e in events]
-        position = end
-    start = time.perf_counter()
-    events = recognizer.flush()
-    spent = time.perf_counter() - start
-    compute += spent
-    clock = max(clock, duration) + spent
-    emitted += [(e, clock) for e in events]
-    return emitted, recognizer.stats, compute
+TICK_SECONDS = 0.1  # the event loop's PipelineOptions.tick_seconds
+JOIN_PAUSE_SECONDS = 0.3  # silence between the clips of the joined long file
+UTTERANCE_GAP_SECONDS = 0.5  # a pause in the alignment of a long recording that ends an utterance
 
 
-def measure_streaming(name: str, audio: dict[str, np.ndarray], chunks: list[float]) -> list[dict]:
-    """Every (chunk, draft on/off) run over the dev clips (and the long recording, if given).
+@dataclass(frozen=True)
+class Config:
+    """One grid point (``lookahead`` is ``None`` for re-encode, which has none)."""
 
-    Returns JSON-able records: per clip the final events (text, words, emission time), decoding
-    counters and compute seconds. Uses only the model and the recognizer, which every baseline ref
-    has, so it also runs as a ``--baseline-ref`` worker.
-    """
-    asr = burble.load_model(name)
-    clips = {key: samples for key, samples in audio.items() if key not in (WARM_UP_KEY, LONG_KEY)}
-    simulate(asr, audio[WARM_UP_KEY], 1.0, True)  # warm-up
-    records = []
-    for chunk in chunks:
-        for speculative in (False, True):
-            runs = {}
-            for clip_id, samples in clips.items():
-                emitted, stats, seconds = simulate(asr, samples, chunk, speculative)
-                finals = [[e.text, [w.word for w in e.words], t] for e, t in emitted if e.type == "final"]
-                counters = [stats.decodes, stats.decoding.target_passes, stats.decoding.draft_rounds, stats.decoding.accepted]
-                runs[clip_id] = {"finals": finals, "counters": counters, "compute": seconds}
-            long_compute = rss = None
-            if LONG_KEY in audio:
-                _, _, long_compute = simulate(asr, audio[LONG_KEY], chunk, speculative)
-                rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            records.append({"chunk": chunk, "speculative": speculative, "clips": runs, "long_compute": long_compute, "rss_mb": rss})
-            print(f"{name} chunk {chunk:g} draft {speculative}: done", file=sys.stderr)
-    return records
+    encoder: str
+    policy: str
+    chunk: float
+    lookahead: Optional[float]
+
+    def cells(self) -> list[str]:
+        return [self.encoder, self.policy, f"{self.chunk:g}", "-" if self.lookahead is None else f"{self.lookahead:g}"]
 
 
-def table_rows(records: list[dict], items, references, long_seconds: float | None, label: str) -> list[list]:
-    """One table row per record: WER, AWED latency, RTF, decoder passes, acceptance, memory."""
-    from burble.metrics.latency import EmittedWord, LatencySummary, match_emitted_words
-    from burble.metrics.wer import corpus_wer
+@dataclass
+class Recording:
+    """Audio to stream with its reference, forced alignment and the reference indices ending utterances."""
 
-    rows = []
-    for record in records:
-        pairs, delays, reference_words = [], [], 0
-        compute = audio_seconds = 0.0
-        decodes = passes = rounds = accepted = 0
-        for item in items:
-            run = record["clips"][item.id]
-            words = [EmittedWord(word, t) for _, event_words, t in run["finals"] for word in event_words]
-            pairs.append((item.text, "".join(text for text, _, _ in run["finals"])))
-            delays += match_emitted_words(words, references[item.id])
-            reference_words += len(references[item.id])
-            compute += run["compute"]
-            audio_seconds += item.duration_s
-            decodes, passes, rounds, accepted = (a + b for a, b in zip((decodes, passes, rounds, accepted), run["counters"]))
-        latency = LatencySummary.from_delays((d.delay for d in delays), reference_words)
-        draft = "previous hypothesis" if record["speculative"] else "off (plain LocalAgreement-2)"
-        long_rtf = f"{record['long_compute'] / long_seconds:.2f}" if record["long_compute"] is not None and long_seconds else "-"
-        rows.append([
-            label, f"{record['chunk']:g}", draft,
-            f"{100 * corpus_wer(pairs):.1f}%", f"{latency.median:.2f}", f"{latency.p90:.2f}",
-            f"{compute / audio_seconds:.2f}", long_rtf,
-            decodes, passes, f"{passes / max(decodes, 1):.1f}",
-            f"{1 + accepted / rounds:.2f}" if rounds else "-", f"{record['rss_mb']:.0f} MB" if record["rss_mb"] else "-",
-        ])
-    return rows
+    id: str
+    audio: np.ndarray
+    text: str
+    reference: list[AlignedWord]
+    utterance_ends: list[int]
+
+    @property
+    def seconds(self) -> float:
+        return len(self.audio) / SAMPLE_RATE
 
 
-def main(argv=None) -> int:
+@dataclass
+class Run:
+    """One recording streamed under one config."""
+
+    finals: list[tuple[StreamEvent, float]]  # final events with their emission times
+    compute: float
+    calls: int = 0
+    encoder_seconds: float = 0.0
+    passes: int = 0
+
+
+@dataclass
+class Summary:
+    wer: float
+    awed: LatencySummary
+    eou: list[float] = field(default_factory=list)
+    utterances: int = 0
+    rtf: float = math.nan
+    encoder_ms: float = math.nan
+    passes: float = math.nan
+
+
+def grid(args: argparse.Namespace) -> list[Config]:
+    """The configs of the requested grid; lookahead varies for cache-aware only."""
+    configs = []
+    for encoder in args.encoders:
+        for policy in args.policies:
+            for chunk in args.chunks:
+                lookaheads = args.lookaheads if encoder == "cache-aware" else [None]
+                configs += [Config(encoder, policy, chunk, lookahead) for lookahead in lookaheads]
+    return configs
+
+
+def build(asr, config: Config, alignatt_frames: int) -> WhisperStreamingRecognizer:
+    choice = RecognizerChoice(encoder=config.encoder, lookahead_seconds=config.lookahead or 0.0)
+    return choice.build(asr, StreamingOptions(policy=config.policy, alignatt_frames=alignatt_frames))
+
+
+def time_encode(recognizer: WhisperStreamingRecognizer) -> list[float]:
+    """Wrap this instance's ``_encode`` to accumulate its seconds; return the accumulator ``[s]``."""
+    spent = [0.0]
+    encode: Callable = recognizer._encode
+
+    @functools.wraps(encode)
+    def timed(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return encode(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - started
+
+    recognizer._encode = timed  # type: ignore[method-assign]
+    return spent
+
+
+async def simulate(recognizer, audio: np.ndarray, chunk: float, vad: Optional[StreamingVAD]) -> Run:
+    """Stream ``audio`` through [VADStage ->] RecognizerStage on the simulated clock (see the docstring)."""
+    stages = ([VADStage(vad)] if vad is not None else []) + [RecognizerStage(recognizer, chunk_seconds=chunk)]
+    tick, clock, position = int(TICK_SECONDS * SAMPLE_RATE), 0.0, 0
+    finals: list[tuple[StreamEvent, float]] = []
+
+    async def step(items: list, flush: bool = False) -> None:
+        nonlocal clock
+        started = clock - time.perf_counter()
+        for stage in stages:  # as the loop's _run_stages / _flush_stages; only the last stage makes events
+            calls = [stage.process(items)] + ([stage.flush()] if flush else [])
+            items = []
+            for call in calls:
+                out = await call
+                clock = started + time.perf_counter()
+                if stage is stages[-1]:
+                    finals.extend((e, clock) for e in out if isinstance(e, StreamEvent) and e.type == "final")
+                items += out
+
+    try:
+        while position < len(audio):
+            clock = max(clock, min(len(audio), position + tick) / SAMPLE_RATE)
+            end = min(len(audio), int(clock * SAMPLE_RATE))
+            await step([AudioChunk(audio[position:end], position)])
+            position = end
+        clock = max(clock, len(audio) / SAMPLE_RATE)
+        await step([], flush=True)
+    finally:
+        stages[-1].close()
+    return Run(finals, stages[-1].busy_seconds)
+
+
+def stream(asr, config: Config, recording: Recording, args: argparse.Namespace, vad: Optional[StreamingVAD]) -> Run:
+    """One recording under one config, with the recognizer's counters."""
+    recognizer = build(asr, config, args.alignatt_frames)
+    re_encode = time_encode(recognizer) if config.encoder == "re-encode" else None
+    run = asyncio.run(simulate(recognizer, recording.audio, config.chunk, vad))
+    stats = recognizer.stats
+    run.calls, run.passes = stats.decodes, stats.decoding.target_passes
+    if isinstance(stats, CacheAwareStats):
+        run.encoder_seconds = stats.encoder_seconds + stats.tail_seconds + stats.trim_seconds
+    elif re_encode is not None:
+        run.encoder_seconds = re_encode[0]
+    return run
+
+
+def summarise(runs: list[Run], recordings: list[Recording]) -> Summary:
+    """Pooled WER, AWED, EOU and cost over recordings (one run each, same order)."""
+    pairs, delays, eou = [], [], []
+    for run, rec in zip(runs, recordings):
+        pairs.append((rec.text, "".join(e.text for e, _ in run.finals)))
+        words = [EmittedWord(w.word, t) for e, t in run.finals for w in e.words]
+        delays += [d.delay for d in match_emitted_words(words, rec.reference)]
+        emitted_at = {d.ref_index: d.emitted_at for d in match_emitted_words(words, rec.reference, include_substitutions=True)}
+        eou += [emitted_at[i] - rec.reference[i].end for i in rec.utterance_ends if i in emitted_at]
+    calls = sum(r.calls for r in runs)
+    return Summary(
+        wer=corpus_wer(pairs),
+        awed=LatencySummary.from_delays(delays, sum(len(r.reference) for r in recordings)),
+        eou=eou,
+        utterances=sum(len(r.utterance_ends) for r in recordings),
+        rtf=sum(r.compute for r in runs) / sum(r.seconds for r in recordings),
+        encoder_ms=1000 * sum(r.encoder_seconds for r in runs) / max(calls, 1),
+        passes=sum(r.passes for r in runs) / max(calls, 1),
+    )
+
+
+def fmt(value: float, digits: int = 2) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def eou_cell(s: Summary) -> str:
+    median = fmt(float(np.median(s.eou))) if s.eou else "-"
+    return median if len(s.eou) == s.utterances else f"{median} ({len(s.eou)}/{s.utterances})"
+
+
+def row_cells(s: Summary, offline: float, cost: bool = True) -> list[str]:
+    cells = [f"{100 * s.wer:.1f}%", f"{s.wer / offline:.2f}" if offline > 0 else "-",
+             fmt(s.awed.median), fmt(s.awed.p90), eou_cell(s), fmt(s.rtf)]
+    return cells + ([fmt(s.encoder_ms, 1), fmt(s.passes, 1)] if cost else [])
+
+
+def utterance_ends_by_gaps(reference: list[AlignedWord], gap: float = UTTERANCE_GAP_SECONDS) -> list[int]:
+    """Indices of aligned words followed by a pause of at least ``gap`` seconds, and the last word."""
+    ends = [i for i in range(len(reference) - 1) if reference[i + 1].start - reference[i].end >= gap]
+    return ends + [len(reference) - 1] if reference else []
+
+
+def joined(clips: list[Recording], pause: float = JOIN_PAUSE_SECONDS) -> Recording:
+    """The clips concatenated with ``pause`` s of silence between them; alignments shifted by the offsets."""
+    silence = np.zeros(int(round(pause * SAMPLE_RATE)), np.float32)
+    pieces, reference, ends, offset = [], [], [], 0
+    for n, clip in enumerate(clips):
+        shift = offset / SAMPLE_RATE
+        reference += [AlignedWord(w.word, w.start + shift, w.end + shift) for w in clip.reference]
+        ends.append(len(reference) - 1)
+        pieces += [clip.audio] + ([silence] if n + 1 < len(clips) else [])
+        offset += len(clip.audio) + (len(silence) if n + 1 < len(clips) else 0)
+    text = " ".join(c.text for c in clips)
+    return Recording(f"{len(clips)} clips joined, {pause:g} s pauses", np.concatenate(pieces), text, reference, ends)
+
+
+def load_recordings(limit: Optional[int], long_files: bool) -> tuple[list[Recording], list[Recording]]:
+    """The short clips (each one utterance) and the long files (none with ``limit`` or not ``long_files``)."""
+    from burble.metrics.alignment import force_align
+    from burble.testing import dev_audio_items
+
+    def recording(item, ends: Callable[[list[AlignedWord]], list[int]]) -> Recording:
+        audio = item.load()
+        reference = force_align(audio, item.text)
+        return Recording(item.id, audio, item.text, reference, ends(reference))
+
+    items = dev_audio_items()
+    shorts = [recording(i, lambda ref: [len(ref) - 1]) for i in items if i.subset == "short"][:limit]
+    longs: list[Recording] = []
+    if long_files and limit is None:
+        longs = [recording(i, utterance_ends_by_gaps) for i in items if i.subset == "long"] + [joined(shorts)]
+    return shorts, longs
+
+
+def offline_wer(asr, recordings: list[Recording]) -> float:
+    return corpus_wer([(r.text, asr.transcribe(r.audio, beam_size=1).text) for r in recordings])
+
+
+def measure(asr, config: Config, recordings: list[Recording], args, vad) -> Summary | str:
+    """A config over recordings: its summary, or the error's one-line description (the grid goes on)."""
+    try:
+        return summarise([stream(asr, config, r, args, vad) for r in recordings], recordings)
+    except Exception as error:  # e.g. a policy not implemented yet: report it in the table
+        traceback.print_exc()
+        return f"failed: {type(error).__name__}: {str(error)[:80]}"
+
+
+def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="tiny.en")
+    parser.add_argument("--encoders", nargs="+", choices=ENCODERS, default=["re-encode", "cache-aware"])
+    parser.add_argument("--policies", nargs="+", choices=COMMIT_POLICIES, default=list(COMMIT_POLICIES))
     parser.add_argument("--chunks", type=float, nargs="+", default=[0.5, 1.0, 2.0])
+    parser.add_argument("--lookaheads", type=float, nargs="+", default=[0.0, 0.5], help="cache-aware only")
+    parser.add_argument("--alignatt-frames", type=int, default=StreamingOptions().alignatt_frames)
+    parser.add_argument("--long-chunks", type=float, nargs="+", default=[1.0], help="chunk sizes run on the long files")
+    parser.add_argument("--vad", action=argparse.BooleanOptionalAction, default=True, help="gate audio with the VAD")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--limit", type=int, help="only the first N short clips, no long files (a quick check)")
+    parser.add_argument("--no-long", action="store_true", help="skip the long files")
     parser.add_argument("--no-write", action="store_true")
-    parser.add_argument("--limit", type=int, help="only the first N dev clips, no long recording (a quick check)")
-    add_baseline_options(parser)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    if args.worker_output:  # a worker run (see measure_in_tree): the recognizer only, on the parent's audio
-        write_worker_output(args.worker_output, measure_streaming(args.model, dict(np.load(args.worker_audio)), args.chunks))
-        return 0
-    from burble.audio.io import load_audio
-    from burble.metrics.alignment import force_align
-    from burble.metrics.wer import corpus_wer
-    from burble.testing import dev_audio_items, untranscribed_items
+    return parser.parse_args(argv)
 
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
     machine = machine_description()
-    items = dev_audio_items()[: args.limit]
-    audio = {item.id: load_audio(str(item.audio_path)) for item in items}
-    references = {item.id: force_align(audio[item.id], item.text) for item in items}
-    warm_up_item = next(item for item in dev_audio_items() if item.id == "jfk_inaugural_ask_not")
-    arrays = {**audio, WARM_UP_KEY: load_audio(str(warm_up_item.audio_path))}
-    long_item = untranscribed_items()[0]
-    if args.limit is None:
-        arrays[LONG_KEY] = load_audio(str(long_item.audio_path))
-    long_seconds = long_item.duration_s if LONG_KEY in arrays else None
-    rows = []
-    if args.baseline_ref:
-        # Before and after both run as worker processes of the same shape (see measure_in_tree).
-        command = worker_argv(sys.argv[1:] if argv is None else argv)
-        with worktree_at(args.baseline_ref) as tree:
-            before = measure_in_tree(tree, __file__, command, arrays)
-        rows += table_rows(before, items, references, long_seconds, f"before ({short_ref(args.baseline_ref)})")
-        after = measure_in_tree(ROOT, __file__, command, arrays)
-        rows += table_rows(after, items, references, long_seconds, "after (working tree)")
-    else:
-        rows += table_rows(measure_streaming(args.model, arrays, args.chunks), items, references, long_seconds, "working tree")
     asr = burble.load_model(args.model)
-    offline = corpus_wer([(item.text, asr.transcribe(audio[item.id], beam_size=1).text) for item in items])
-    table = markdown_table(
-        ["burble", "chunk s", "speculative draft", "WER", "AWED median s", "AWED p90 s", "compute RTF (dev)",
-         "compute RTF (126 s file)", "decodes", "decoder passes", "passes / decode", "mean accept len", "peak RSS"],
-        rows,
-    )
-    long_note = f" + the untranscribed {long_item.duration_s:.0f} s recording for RTF/memory" if long_seconds else ""
+    vad = StreamingVAD(VADOptions()) if args.vad else None  # one model; each VADStage resets it
+    shorts, longs = load_recordings(args.limit, not args.no_long)
+    warm_up = Recording("warm-up", shorts[0].audio[: 5 * SAMPLE_RATE], shorts[0].text, [], [])
+    for encoder in args.encoders:
+        stream(asr, Config(encoder, "local-agreement", 1.0, 0.5), warm_up, args, vad)
+    offline = offline_wer(asr, shorts)
+    offline_long = {r.id: offline_wer(asr, [r]) for r in longs}
+    rows, long_rows = [], []
+    for config in grid(args):
+        started = time.perf_counter()
+        result = measure(asr, config, shorts, args, vad)
+        rows.append(config.cells() + (row_cells(result, offline) if isinstance(result, Summary) else [result]))
+        print(f"{' '.join(config.cells())}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    long_grid = grid(argparse.Namespace(**{**vars(args), "chunks": args.long_chunks})) if longs else []
+    for config in long_grid:
+        for rec in longs:
+            result = measure(asr, config, [rec], args, vad)
+            cells = row_cells(result, offline_long[rec.id], cost=False) if isinstance(result, Summary) else [result]
+            long_rows.append([rec.id] + config.cells() + cells)
+        print(f"long files, {' '.join(config.cells())}: done", file=sys.stderr)
+    metrics = ["WER", "x offline", "AWED median s", "AWED p90 s", "EOU median s", "compute RTF"]
+    setting = ["encoder", "policy", "chunk s", "lookahead s"]
     body = (
-        f"{args.model}, {len(items)} dev clips ({sum(i.duration_s for i in items):.0f} s){long_note}. Offline greedy WER on "
-        f"the same clips: {100 * offline:.1f}%. Simulated real-time clock (see the script's docstring).\n\n" + table
+        f"{args.model}, {len(shorts)} short dev clips ({sum(r.seconds for r in shorts):.0f} s), offline greedy WER "
+        f"{100 * offline:.1f}%; VAD {'on' if args.vad else 'off'}; AlignAtt frames {args.alignatt_frames}; previous-"
+        "hypothesis draft on. Simulated real-time clock; columns as in the script's docstring.\n\n"
+        + markdown_table(setting + metrics + ["encoder ms / call", "decoder passes / call"], rows)
     )
-    append_section(f"Streaming Whisper ({args.model}): chunk size x speculative re-decoding", body, machine=machine, write=not args.no_write)
+    if long_rows:
+        notes = ", ".join(f"{r.id} ({r.seconds:.0f} s, offline {100 * offline_long[r.id]:.1f}%)" for r in longs)
+        body += f"\n\nLong files: {notes}.\n\n" + markdown_table(["file"] + setting + metrics, long_rows)
+    title = f"Streaming Whisper ({args.model}): encoder x commit policy x chunk x lookahead"
+    append_section(title, body, machine=machine, write=not args.no_write)
     return 0
 
 
