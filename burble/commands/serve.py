@@ -7,7 +7,13 @@ import asyncio
 import logging
 import sys
 
-from burble.commands.common import add_device_argument, add_threads_argument
+from burble.commands.common import (
+    add_device_argument,
+    add_recognizer_arguments,
+    add_threads_argument,
+    recognizer_choice_from_args,
+    streaming_overrides,
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -39,6 +45,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--chunk", type=float, default=1.0, help="default seconds of speech per recognizer step")
     parser.add_argument("--no-vad", action="store_true", help="send all audio to the recognizer (no endpoints)")
     parser.add_argument("--no-page", action="store_true", help="do not serve the browser page at /")
+    add_recognizer_arguments(parser)
     add_device_argument(parser)
     parser.add_argument("--log-format", choices=("text", "json"), default="text", help="json: stderr carries only JSON objects, one per line (library warnings too)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
@@ -83,6 +90,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"burble serve: {e}", file=sys.stderr)
         return 2
 
+    from burble.asr.fusion.cli import biasing_from_args
+    from burble.streaming.recognizer import StreamingOptions
+
+    biasing = biasing_from_args(args)
+    streaming = StreamingOptions(biasing=biasing if biasing.enabled else None, **streaming_overrides(args))
+    choice = recognizer_choice_from_args(args)
+
     import burble
     from burble.cpu_threads import worker_threads
     from burble.streaming.server import AsrServer, WhisperRecognizerFactory
@@ -90,14 +104,12 @@ def run(args: argparse.Namespace) -> int:
 
     # Each compute slot runs one decode at a time: the slots are the workers that share the cores.
     threads = worker_threads(options.compute_slots or default_compute_slots(), args.threads)
-    log.info("loading model %s", args.model, extra={"event": "loading_model", "model": args.model, "threads": threads})
+    log.info(
+        "loading model %s", args.model,
+        extra={"event": "loading_model", "model": args.model, "threads": threads, "encoder": choice.encoder, "policy": streaming.policy},
+    )  # fmt: skip
     asr = burble.load_model(args.model, device=args.device, threads=threads)
-    from burble.asr.fusion.cli import biasing_from_args
-    from burble.streaming.recognizer import StreamingOptions
-
-    biasing = biasing_from_args(args)
-    streaming = StreamingOptions(biasing=biasing if biasing.enabled else None)
-    factory = WhisperRecognizerFactory(asr, streaming, model_name=args.model)
+    factory = WhisperRecognizerFactory(asr, streaming, model_name=args.model, choice=choice)
 
     async def main() -> None:
         # Each session's recognizer calls run in that session's own worker thread

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from burble.commands.common import add_device_argument, add_threads_argument
+from burble.commands.common import (
+    add_device_argument,
+    add_recognizer_arguments,
+    add_threads_argument,
+    recognizer_choice_from_args,
+    streaming_overrides,
+)
 
 
 def add_streaming_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,6 +24,7 @@ def add_streaming_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-vad", action="store_true", help="send all audio to the recognizer (no VAD gate)")
     parser.add_argument("--language", default=None, help="language code for multilingual models")
+    add_recognizer_arguments(parser)
     add_device_argument(parser)
     add_threads_argument(parser, "the one recognizer, so 0 is all cores")
     parser.add_argument("--quiet", action="store_true", help="print only the captions: no statistics on stderr")
@@ -40,6 +47,7 @@ def streaming_options_from_args(args: argparse.Namespace):
         language=args.language,
         beam_size=args.beam_size,
         biasing=biasing if biasing.enabled else None,
+        **streaming_overrides(args),
     )
 
 
@@ -69,10 +77,11 @@ def build_pipeline(args: argparse.Namespace, source, sinks):
     import burble
     from burble.cpu_threads import worker_threads
     from burble.streaming.loop import PipelineOptions, asr_pipeline
-    from burble.streaming.recognizer import WhisperStreamingRecognizer
 
+    choice = recognizer_choice_from_args(args)
+    streaming = streaming_options_from_args(args)  # before the model loads: bad options fail fast
     asr = burble.load_model(args.model, device=args.device, threads=worker_threads(1, args.threads))
-    recognizer = WhisperStreamingRecognizer(asr, streaming_options_from_args(args))
+    recognizer = choice.build(asr, streaming)
     pipeline = asr_pipeline(
         source, recognizer, sinks, vad=None if args.no_vad else _vad_options(), options=PipelineOptions(chunk_seconds=args.chunk)
     )
@@ -98,11 +107,18 @@ def run(args: argparse.Namespace) -> int:
     metrics = run_until_interrupted(pipeline)
     if args.quiet:
         return 0
-    stats = recognizer.stats.decoding
-    print(
-        f"# audio {metrics.audio_seconds:.1f}s, RTF {metrics.rtf:.2f}, decodes {recognizer.stats.decodes}, "
-        f"decoder passes {stats.target_passes}, mean acceptance {stats.mean_acceptance_length:.2f}, "
-        f"max lag {metrics.max_lag_seconds:.1f}s, dropped {metrics.dropped_seconds:.1f}s",
-        file=sys.stderr,
-    )
+    print(stats_line(args, recognizer, metrics), file=sys.stderr)
     return 0
+
+
+def stats_line(args: argparse.Namespace, recognizer, metrics) -> str:
+    """``burble stream``'s closing line on stderr: throughput, the encoder and where its time went."""
+    stats = recognizer.stats
+    encoder = args.encoder
+    if hasattr(stats, "encoder_seconds"):  # CacheAwareStats: the encoder's own time, steps vs padding tails
+        encoder += f" (encoder {stats.encoder_seconds:.1f}s, tail {stats.tail_seconds:.1f}s, trims {stats.trim_seconds:.1f}s)"
+    return (
+        f"# audio {metrics.audio_seconds:.1f}s, RTF {metrics.rtf:.2f}, encoder {encoder}, decodes {stats.decodes}, "
+        f"decoder passes {stats.decoding.target_passes}, mean acceptance {stats.decoding.mean_acceptance_length:.2f}, "
+        f"max lag {metrics.max_lag_seconds:.1f}s, dropped {metrics.dropped_seconds:.1f}s"
+    )

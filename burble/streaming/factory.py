@@ -10,17 +10,25 @@ recognizers here, so one switch (:class:`RecognizerChoice`) selects the encoder 
 
 The commit policy (LocalAgreement-2 or AlignAtt) is a :class:`StreamingOptions` field and works
 with either encoder.
+
+This module imports no torch (the recognizers are imported by :meth:`RecognizerChoice.build`), so
+the commands' ``--help`` can show :class:`RecognizerChoice`'s defaults and stay fast.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
 
-from burble.asr.pipeline import WhisperASR
-from burble.streaming.cache_aware import CacheAwareOptions, CacheAwareWhisperRecognizer
-from burble.streaming.recognizer import StreamingOptions, WhisperStreamingRecognizer
+if TYPE_CHECKING:
+    from burble.asr.pipeline import WhisperASR
+    from burble.streaming.cache_aware import CacheAwareOptions
+    from burble.streaming.recognizer import StreamingOptions, WhisperStreamingRecognizer
 
 ENCODERS = ("cache-aware", "re-encode")
+# StreamingOptions.policy's values (burble.streaming.recognizer.COMMIT_POLICIES, which imports
+# torch), for the commands' --policy choices; tests/commands/test_stream_flags.py keeps them equal.
+COMMIT_POLICIES = ("local-agreement", "alignatt")
 FRAME_SECONDS = 0.02  # one Whisper encoder frame
 
 
@@ -48,16 +56,32 @@ class RecognizerChoice:
         if not FRAME_SECONDS <= self.encoder_chunk_seconds <= 4.0:
             raise ValueError("encoder_chunk_seconds must be in [0.02, 4]")
 
-    def cache_aware_options(self, streaming: StreamingOptions) -> CacheAwareOptions:
+    def cache_aware_options(self, streaming: Optional[StreamingOptions] = None) -> CacheAwareOptions:
         """The cache-aware recognizer's options for these seconds (rounded to encoder frames)."""
+        from burble.streaming.cache_aware import CacheAwareOptions
+        from burble.streaming.recognizer import StreamingOptions
+
+        if streaming is None:
+            streaming = StreamingOptions()
         return CacheAwareOptions(
             chunk_frames=max(1, round(self.encoder_chunk_seconds / FRAME_SECONDS)),
             lookahead_frames=round(self.lookahead_seconds / FRAME_SECONDS),
             streaming=streaming,
         )
 
-    def build(self, asr: WhisperASR, streaming: StreamingOptions = StreamingOptions()) -> WhisperStreamingRecognizer:
-        """A new recognizer (one per stream) over the shared loaded model."""
+    def build(self, asr: WhisperASR, streaming: Optional[StreamingOptions] = None) -> WhisperStreamingRecognizer:
+        """A new recognizer (one per stream) over the shared loaded model.
+
+        Args:
+          asr: the loaded model (``burble.load_model``), shared read-only by the streams.
+          streaming: decode and commit options (``None``: :class:`StreamingOptions`' defaults).
+        """
+        from burble.streaming.recognizer import StreamingOptions, WhisperStreamingRecognizer
+
+        if streaming is None:
+            streaming = StreamingOptions()
         if self.encoder == "cache-aware":
+            from burble.streaming.cache_aware import CacheAwareWhisperRecognizer
+
             return CacheAwareWhisperRecognizer(asr, self.cache_aware_options(streaming))
         return WhisperStreamingRecognizer(asr, streaming)

@@ -21,6 +21,7 @@ import numpy as np
 
 from burble.cpu_threads import available_cores
 from burble.streaming.events import StreamEvent
+from burble.streaming.factory import RecognizerChoice
 from burble.streaming.server.protocol import SessionConfig
 from burble.streaming.stages import Recognizer
 
@@ -120,19 +121,24 @@ class LimitedRecognizer:
 
 
 class WhisperRecognizerFactory:
-    """``WhisperStreamingRecognizer``s sharing one loaded ``WhisperASR``.
+    """Streaming Whisper recognizers sharing one loaded ``WhisperASR``.
 
     Args:
       asr: the loaded model (``burble.load_model``), shared read-only by all sessions.
       options: the recognizer's ``StreamingOptions`` (``None``: its defaults); a session's
         ``language`` (and ``hotwords``, where the options have such a field) override them.
       model_name: name reported to clients.
+      choice: which recognizer each session gets (cache-aware or re-encoding encoder), built by
+        :meth:`~burble.streaming.factory.RecognizerChoice.build`.
     """
 
-    def __init__(self, asr: Any, options: Any = None, *, model_name: Optional[str] = None) -> None:
+    def __init__(
+        self, asr: Any, options: Any = None, *, model_name: Optional[str] = None, choice: RecognizerChoice = RecognizerChoice()
+    ) -> None:
         from burble.streaming.recognizer import StreamingOptions
 
         self.asr = asr
+        self.choice = choice
         self.options = options if options is not None else StreamingOptions()
         self.model_name = model_name or getattr(asr, "name", "whisper")
         fields = {f.name for f in dataclasses.fields(self.options)}
@@ -145,19 +151,18 @@ class WhisperRecognizerFactory:
         self.fixed_language = None if multilingual else "en"
 
     def create(self, config: SessionConfig) -> Recognizer:
-        from burble.streaming.recognizer import WhisperStreamingRecognizer
-
         overrides: dict[str, Any] = {}
         if config.language is not None and "language" in self.supported:
             overrides["language"] = config.language
         if config.hotwords and "hotwords" in self.supported:
             overrides["hotwords"] = tuple(config.hotwords)
         options = dataclasses.replace(self.options, **overrides) if overrides else self.options
-        return WhisperStreamingRecognizer(self.asr, options)
+        return self.choice.build(self.asr, options)
 
     def warm_up(self) -> None:
         """One short decode of real speech through a session's recognizer (encoder, decoder,
-        biasing and word timing all run once), then the recognizer is thrown away."""
+        biasing and word timing all run once, on whichever encoder path ``choice`` selects),
+        then the recognizer is thrown away."""
         import soundfile
 
         with resources.files("burble.streaming.server").joinpath(WARM_UP_CLIP).open("rb") as clip:
