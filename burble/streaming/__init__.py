@@ -41,6 +41,7 @@ from burble.streaming.stages import (
     Recognizer,
     RecognizerStage,
     SinkStage,
+    SpeechPause,
     Stage,
     VADStage,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "RingBuffer",
     "Sink",
     "SinkStage",
+    "SpeechPause",
     "SrtSink",
     "Stage",
     "StreamEvent",

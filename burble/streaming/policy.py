@@ -153,6 +153,89 @@ class LocalAgreement:
         return words
 
 
+class AlignAtt:
+    """Commit the words the decoder has attended past (AlignAtt; Papi et al. 2023, SimulStreaming).
+
+    Each decode continues after the committed words (they are its forced prefix), so a
+    hypothesis holds only new words, and the recognizer says how many of them are stable
+    (:func:`alignatt_stable_words`). Those are committed at once; the rest is tentative.
+    """
+
+    def __init__(self) -> None:
+        self._tentative: list[Word] = []
+        self.committed_count = 0
+
+    @property
+    def tentative(self) -> list[Word]:
+        """The newest hypothesis's words after the stable ones (what a ``partial`` event shows)."""
+        return list(self._tentative)
+
+    def insert(self, hypothesis: Sequence[Word], stable: int) -> list[Word]:
+        """Take the newest hypothesis of new words; commit its first ``stable`` words."""
+        words = list(hypothesis)
+        self._tentative = words[stable:]
+        self.committed_count += len(words[:stable])
+        return words[:stable]
+
+    def flush(self) -> list[Word]:
+        """Commit the tentative words (endpoint or end of stream)."""
+        words, self._tentative = self._tentative, []
+        self.committed_count += len(words)
+        return words
+
+    def reset(self) -> None:
+        """Forget everything (a new, unrelated stream)."""
+        self._tentative = []
+        self.committed_count = 0
+
+
+def alignatt_stable_words(
+    word_token_counts: Sequence[int],
+    peak_frames: Sequence[int],
+    *,
+    first_row: int,
+    end_frame: int,
+    frames_before_end: int,
+    word_probabilities: Sequence[float] = (),
+    min_probability: float = 0.0,
+) -> int:
+    """How many leading words AlignAtt may commit.
+
+    Decoding stops at the first token whose attention peak is within ``frames_before_end`` of the
+    end of the received audio: the model is reading audio it has not fully heard. A word is
+    committed when all its tokens *and the token after it* come before that point, because the
+    word's last token alone cannot tell "hel" from "hello".
+
+    Args:
+      word_token_counts: tokens per word of the hypothesis, oldest first.
+      peak_frames: the attention peak (encoder frame) of each decoder row; row ``first_row + i``
+        predicts the hypothesis's ``i``-th token, and the row after its last token predicts what
+        follows it (end-of-text).
+      first_row: the row of the hypothesis's first token (rows before it are a forced prefix).
+      end_frame: encoder frames of audio received.
+      frames_before_end: AlignAtt's threshold ``f``.
+      word_probabilities: each word's mean token probability (optional).
+      min_probability: a word less probable than this is not committed, nor anything after it:
+        on the first second of an utterance Whisper guesses ("What you are" for "What your
+        country", word probability 0.10), and attention alone cannot tell a guess from a word.
+
+    Returns:
+      the number of stable words.
+    """
+    limit = end_frame - frames_before_end
+    row = first_row
+    stable = 0
+    for index, count in enumerate(word_token_counts):
+        following = row + count  # the row predicting the token after this word
+        if following >= len(peak_frames) or any(peak_frames[r] >= limit for r in range(row, following + 1)):
+            break
+        if index < len(word_probabilities) and word_probabilities[index] < min_probability:
+            break
+        stable += 1
+        row = following
+    return stable
+
+
 def ends_sentence(word: Word) -> bool:
     """Whether the word closes a sentence (its text ends with ``.``, ``?``, ``!`` ...)."""
     text = word.word.rstrip().rstrip("\"')]}»”’")

@@ -41,11 +41,11 @@ from burble.asr.options import TranscribeOptions
 from burble.asr.pipeline import WhisperASR
 from burble.asr.processors import ProcessorFactory
 from burble.asr.prompt import sot_sequence
-from burble.asr.whisper.timing import find_alignment
+from burble.asr.whisper.timing import Alignment, align
 from burble.asr.window import clamp_word_durations, is_silence
 from burble.decoding.stats import SpeculativeStats
 from burble.streaming.events import StreamEvent, Word
-from burble.streaming.policy import LocalAgreement, find_trim_time
+from burble.streaming.policy import AlignAtt, LocalAgreement, alignatt_stable_words, find_trim_time
 
 
 COMMIT_POLICIES = ("local-agreement", "alignatt")
@@ -76,6 +76,8 @@ class StreamingOptions:
         peak of the token after it lies at least ``alignatt_frames`` encoder frames before the
         end of the received audio; SimulStreaming's AlignAtt).
       alignatt_frames: AlignAtt's distance from the end of the audio, in 20 ms encoder frames.
+      alignatt_min_probability: AlignAtt commits no word less probable than this, nor what follows
+        it (:func:`~burble.streaming.policy.alignatt_stable_words`).
     """
 
     agreement: int = 2
@@ -94,12 +96,15 @@ class StreamingOptions:
     hotwords: tuple[str, ...] = ()
     policy: str = "local-agreement"
     alignatt_frames: int = 10
+    alignatt_min_probability: float = 0.0
 
     def __post_init__(self) -> None:
         if self.policy not in COMMIT_POLICIES:
             raise ValueError(f"policy must be one of {', '.join(COMMIT_POLICIES)}, not {self.policy!r}")
         if self.alignatt_frames < 0:
             raise ValueError("alignatt_frames must be >= 0")
+        if not 0.0 <= self.alignatt_min_probability <= 1.0:
+            raise ValueError("alignatt_min_probability must be in [0, 1]")
         if not 1.0 <= self.max_window_seconds <= 28.0:
             raise ValueError("max_window_seconds must be in [1, 28] (Whisper sees at most 30 s)")
 
@@ -143,7 +148,7 @@ class WhisperStreamingRecognizer:
         self.segment_id = 0
         self._audio = np.zeros(0, dtype=np.float32)
         self._window_start = 0  # absolute sample index of self._audio[0]
-        self._policy = LocalAgreement(options.agreement)
+        self._policy = LocalAgreement(options.agreement) if options.policy == "local-agreement" else AlignAtt()
         self._committed_words: list[Word] = []  # committed and still inside the window
         self._utterance_words: list[Word] = []  # committed in the current utterance
         self._history_tokens: list[int] = []  # committed text tokens (the prompt)
@@ -166,14 +171,7 @@ class WhisperStreamingRecognizer:
         self.stats.audio_seconds += len(audio) / SAMPLE_RATE
         if len(self._audio) > 29 * SAMPLE_RATE:  # never exceed Whisper's 30 s: cut the oldest audio
             self._trim_to(self._window_start + len(self._audio) - 29 * SAMPLE_RATE)
-        events: list[StreamEvent] = []
-        committed = self._policy.insert(self._decode_words())
-        if committed:
-            events.append(self._commit(committed))
-        tentative = self._policy.tentative
-        events.append(StreamEvent.from_words("partial", tentative, segment_id=self.segment_id))
-        self._maybe_trim()
-        return events
+        return self._decode_and_commit()
 
     def endpoint(self, at_sample: int) -> list[StreamEvent]:
         """The utterance ended: commit everything and start a new one."""
@@ -217,11 +215,59 @@ class WhisperStreamingRecognizer:
         frames = min(mel.shape[-1] - 1, N_FRAMES)
         return self.asr.encode(pad_or_trim(mel[:, :frames])), frames
 
+    def _decode_and_commit(self) -> list[StreamEvent]:
+        """Re-decode the window, commit what the policy confirms, report the rest as partial."""
+        events: list[StreamEvent] = []
+        if isinstance(self._policy, AlignAtt):
+            committed = self._policy.insert(*self._decode_alignatt())
+        else:
+            committed = self._policy.insert(self._decode_words())
+        if committed:
+            events.append(self._commit(committed))
+        events.append(StreamEvent.from_words("partial", self._policy.tentative, segment_id=self.segment_id))
+        self._maybe_trim()
+        return events
+
     def _decode_words(self) -> list[Word]:
+        """LocalAgreement's hypothesis: the words of the whole window (committed ones included)."""
+        decoded = self._decode(prefix=[])
+        return decoded[0].words if decoded else []
+
+    def _decode_alignatt(self) -> tuple[list[Word], int]:
+        """AlignAtt's hypothesis: new words after the committed ones, and how many are stable.
+
+        The window's committed words are the decode's forced prefix (after the prompt), so they
+        are never re-decoded into something else, and only the new tokens are generated.
+        """
+        prefix = self.asr.tokenizer.encode("".join(w.word for w in self._committed_words)) if self._committed_words else []
+        decoded = self._decode(prefix)
+        if decoded is None:
+            return [], 0
+        alignment, frames = decoded
+        # The prefix ends at a word boundary: its words are the alignment's first ones.
+        n_prefix, covered = 0, 0
+        while n_prefix < len(alignment.word_tokens) and covered < len(prefix):
+            covered += len(alignment.word_tokens[n_prefix])
+            n_prefix += 1
+        words, counts = alignment.words[n_prefix:], [len(t) for t in alignment.word_tokens[n_prefix:]]
+        stable = alignatt_stable_words(
+            counts, alignment.peak_frames, first_row=covered, end_frame=frames // 2,
+            frames_before_end=self.options.alignatt_frames,
+            word_probabilities=[w.probability for w in words], min_probability=self.options.alignatt_min_probability,
+        )
+        # The next decode's prefix grows by the stable words: the rest is its draft.
+        self._previous_tokens = self._previous_tokens[covered - len(prefix) + sum(counts[:stable]) :]
+        return words, stable
+
+    def _decode(self, prefix: list[int]) -> Optional[tuple[Alignment, int]]:
+        """Decode the window after ``prefix`` (forced text tokens) and align prefix + new tokens.
+
+        Returns ``None`` for silence, else the alignment (absolute word times) and the window's mel frames.
+        """
         features, frames = self._encode()
-        prompt = self.asr.build_prompt(self._history_tokens, self.decode_options)
+        prompt = self.asr.build_prompt(self._history_tokens, self.decode_options) + prefix
         # Speech is at most ~5 tokens per second; a cap keeps a looping decode from running to 224.
-        max_tokens = int(8 * len(self._audio) / SAMPLE_RATE) + 8
+        max_tokens = max(8, int(8 * len(self._audio) / SAMPLE_RATE) + 8 - len(prefix))
         options = dataclasses.replace(self.decode_options, max_new_tokens=max_tokens)
         window = self.asr.decode_window(
             features, prompt, options, temperature=0.0, stats=self.stats.decoding,
@@ -230,20 +276,21 @@ class WhisperStreamingRecognizer:
         self.stats.decodes += 1
         tokenizer = self.asr.tokenizer
         tokens = [t for t in window.tokens if t < tokenizer.eot]
-        if is_silence(window, options) or not tokens:
+        if is_silence(window, options) or not (tokens or prefix):
             self._previous_tokens = []
-            return []
+            return None
         self._previous_tokens = tokens
         offset = self._window_start / SAMPLE_RATE
-        aligned = find_alignment(
-            self.asr.model, tokenizer, sot_sequence(tokenizer, options), tokens, features, frames,
+        alignment = align(
+            self.asr.model, tokenizer, sot_sequence(tokenizer, options), prefix + tokens, features, frames,
             text_model=window.text_model,
         )
         # The newest words run on into the window's unspoken end: cap their ends (keep the start).
-        return [
+        alignment.words = [
             Word(word=w.word, start=offset + w.start, end=offset + max(w.start, w.end), probability=w.probability)
-            for w in clamp_word_durations(aligned, keep="start")
+            for w in clamp_word_durations(alignment.words, keep="start")
         ]
+        return alignment, frames
 
     def _maybe_trim(self) -> None:
         window_seconds = len(self._audio) / SAMPLE_RATE

@@ -46,7 +46,20 @@ class Endpoint:
     reason: str = "silence"
 
 
-Item = Union[AudioChunk, Endpoint, StreamEvent]
+@dataclass(frozen=True)
+class SpeechPause:
+    """Inside an utterance, speech stopped for longer than the VAD's hangover at ``at_sample``.
+
+    The utterance may go on (a pause between phrases) or end (the endpoint comes only after
+    ``silence_after_speech_seconds``). Either way no audio follows for now, so the recognizer
+    decodes what it has instead of waiting for a full chunk: the utterance's last words can be
+    committed (AlignAtt) within the hangover plus one decode of the end of speech.
+    """
+
+    at_sample: int
+
+
+Item = Union[AudioChunk, Endpoint, SpeechPause, StreamEvent]
 
 
 @runtime_checkable
@@ -105,6 +118,7 @@ class VADStage:
         self.history = RingBuffer.from_seconds(history, sample_rate=SAMPLE_RATE, name="VAD history")
         self._expected: Optional[int] = None
         self._fed = 0
+        self._paused = False
         self.utterances = 0
 
     async def process(self, items: list[Item]) -> list[Item]:
@@ -149,6 +163,7 @@ class VADStage:
         for ev in events:
             if ev.kind == "start":
                 self._fed = ev.sample
+                self._paused = False
                 self.utterances += 1
             else:
                 self._forward(ev.sample, out)
@@ -156,7 +171,12 @@ class VADStage:
         if self.vad.in_utterance:
             end = self.vad.speech_end
             assert end is not None
-            self._forward(end, out)
+            if end > self._fed:
+                self._forward(end, out)
+                self._paused = False
+            elif not self._paused:  # silence past the hangover: once per pause
+                out.append(SpeechPause(end))
+                self._paused = True
 
     def _forward(self, end: int, out: list[Item]) -> None:
         start = self._fed
@@ -170,7 +190,7 @@ class VADStage:
 
 
 class RecognizerStage:
-    """Speech AudioChunks and Endpoints -> StreamEvents, by calling a ``Recognizer`` in a thread.
+    """Speech AudioChunks, SpeechPauses and Endpoints -> StreamEvents, by calling a ``Recognizer`` in a thread.
 
     Every call goes to one dedicated worker thread, not the event loop's shared pool: the pool
     may hand consecutive calls to different threads, and a recognizer (torch and onnxruntime
@@ -178,8 +198,8 @@ class RecognizerStage:
 
     Args:
       recognizer: the streaming recognizer.
-      chunk_seconds: gather at least this much speech audio per ``accept`` call (endpoints and
-        the end of the stream pass on whatever is pending).
+      chunk_seconds: gather at least this much speech audio per ``accept`` call (endpoints,
+        speech pauses and the end of the stream pass on whatever is pending).
 
     Attributes:
       calls: recognizer calls made (accept, endpoint, flush).
@@ -231,6 +251,8 @@ class RecognizerStage:
             elif isinstance(item, Endpoint):
                 out += await self._accept()
                 out += await self._call(self.recognizer.endpoint, item.at_sample)
+            elif isinstance(item, SpeechPause):
+                out += await self._accept()  # nothing more is coming for now: decode what there is
             else:
                 out.append(item)
         if self.pending_samples >= self._chunk:

@@ -1,5 +1,7 @@
 from burble.streaming.events import Word
 from burble.streaming.policy import (
+    AlignAtt,
+    alignatt_stable_words,
     LocalAgreement,
     common_prefix_length,
     ends_sentence,
@@ -116,3 +118,52 @@ def test_find_trim_time_prefers_latest_committed_boundary():
     assert find_trim_time(plain, window_start=1.8) is None
     assert find_trim_time(plain, window_start=1.8, force=True) == 2.6
     assert find_trim_time([], window_start=0.0, force=True) is None
+
+
+# -- AlignAtt -------------------------------------------------------------------------------------
+
+
+def test_alignatt_commits_words_whose_next_token_is_also_read_early():
+    # Three words of 1, 2 and 1 tokens: rows 0..3 predict the tokens, row 4 end-of-text.
+    counts = [1, 2, 1]
+    # Audio received: 100 frames; threshold 10 -> a row is early if its peak is below 90.
+    peaks = [10, 30, 50, 95, 99]
+    # Word 2 (rows 1-2) is followed by row 3 at frame 95: the model is reading the end for it,
+    # so word 2 might still change (" hel" vs " hello"): only word 1 is stable.
+    assert alignatt_stable_words(counts, peaks, first_row=0, end_frame=100, frames_before_end=10) == 1
+    # Once 20 more frames have arrived, every row is early and all three words are stable.
+    assert alignatt_stable_words(counts, peaks, first_row=0, end_frame=120, frames_before_end=10) == 3
+    # Threshold 0 with the audio just received: peaks must lie before the last frame.
+    assert alignatt_stable_words(counts, peaks, first_row=0, end_frame=99, frames_before_end=0) == 2
+
+
+def test_alignatt_stops_at_the_first_late_token_even_if_later_ones_look_early():
+    # A token that looks at the end stops the decode (SimulStreaming): what follows it is not trusted.
+    assert alignatt_stable_words([1, 1, 1], [5, 95, 10, 12], first_row=0, end_frame=100, frames_before_end=10) == 0
+
+
+def test_alignatt_skips_the_forced_prefix_rows():
+    # Two prefix rows (already committed words) look late; they are not the hypothesis's.
+    peaks = [99, 99, 20, 30, 40]
+    assert alignatt_stable_words([1, 1], peaks, first_row=2, end_frame=100, frames_before_end=10) == 2
+    assert alignatt_stable_words([], peaks, first_row=2, end_frame=100, frames_before_end=10) == 0
+
+
+def test_alignatt_policy_commits_the_stable_words_and_flushes_the_rest():
+    policy = AlignAtt()
+    words = [Word(" a", 0.0, 0.2), Word(" b", 0.2, 0.4), Word(" c", 0.4, 0.6)]
+    assert policy.insert(words, 1) == words[:1]
+    assert policy.tentative == words[1:]
+    assert policy.insert(words[1:], 0) == []
+    assert policy.flush() == words[1:]
+    assert policy.tentative == [] and policy.committed_count == 3
+    policy.reset()
+    assert policy.committed_count == 0
+
+
+def test_alignatt_does_not_commit_a_guess():
+    counts, peaks = [1, 1, 1], [10, 20, 30, 40]
+    kwargs = dict(first_row=0, end_frame=100, frames_before_end=10)
+    assert alignatt_stable_words(counts, peaks, **kwargs) == 3
+    # The second word is a guess: it and everything after it wait.
+    assert alignatt_stable_words(counts, peaks, word_probabilities=[0.9, 0.2, 0.9], min_probability=0.5, **kwargs) == 1

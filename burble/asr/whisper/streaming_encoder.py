@@ -62,6 +62,12 @@ class StreamingEncoderOptions:
         enough on the dev clips; fewer loop on some). Also reserved in the position budget.
       max_frames: the position budget; ``None`` is the model's ``n_audio_ctx`` (1500).
       trim_keep_frames: final frames an automatic trim keeps (the backstop rule above).
+      first_chunk_frames: the size of the first chunk after a new state or a trim (``None``:
+        ``chunk_frames``). A stream that starts on speech (a VAD utterance, a trim at a sentence
+        end) needs more context for its first word than one chunk and its lookahead give: with
+        C = 1 s, R = 0.5 s tiny.en heard JFK's "Ask not" as "S-not" and "What your country" as
+        "Like your country"; a 3 s first chunk got both right. The frames stay pending (in the
+        tail, encoded every decode) until the first chunk is final, so this costs no latency.
     """
 
     chunk_frames: int = 50
@@ -69,6 +75,13 @@ class StreamingEncoderOptions:
     tail_frames: int = 256
     max_frames: Optional[int] = None
     trim_keep_frames: int = 500
+    first_chunk_frames: Optional[int] = None
+
+    def chunk_at(self, n_final: int) -> int:
+        """Frames of the chunk that starts after ``n_final`` final frames."""
+        if n_final == 0 and self.first_chunk_frames is not None:
+            return self.first_chunk_frames
+        return self.chunk_frames
 
     @classmethod
     def from_seconds(cls, chunk: float = 1.0, lookahead: float = 0.0, tail: float = 5.12, **kwargs: int) -> "StreamingEncoderOptions":
@@ -203,11 +216,14 @@ class StreamingEncoder:
             raise ValueError(f"max_frames {self.max_frames} exceeds the encoder's {n_ctx} positions")
         if o.chunk_frames < 1 or o.lookahead_frames < 0 or o.tail_frames < 0:
             raise ValueError("chunk_frames must be >= 1, lookahead_frames and tail_frames >= 0")
+        if o.first_chunk_frames is not None and o.first_chunk_frames < 1:
+            raise ValueError("first_chunk_frames must be >= 1")
         # Frames a stream may receive before it must trim: the tail's positions are reserved.
         self.capacity = self.max_frames - o.tail_frames
         # An automatic trim must free at least one chunk (see the module docstring's rule): at
         # overflow at least capacity - 2C - R frames are final.
-        if o.trim_keep_frames < 0 or o.trim_keep_frames > self.capacity - 3 * o.chunk_frames - o.lookahead_frames:
+        first = o.chunk_at(0)
+        if o.trim_keep_frames < 0 or o.trim_keep_frames > self.capacity - 2 * o.chunk_frames - max(first, o.chunk_frames) - o.lookahead_frames:
             raise ValueError(
                 f"trim_keep_frames={o.trim_keep_frames} leaves no room to trim within {self.capacity} frames "
                 f"(chunk {o.chunk_frames}, lookahead {o.lookahead_frames})"
@@ -328,8 +344,9 @@ class StreamingEncoder:
         return mel.to(device=self.device, dtype=self.dtype)
 
     def _auto_trim_point(self, state: EncoderState) -> int:
-        chunk = self.options.chunk_frames
-        keep_from = (state.n_final - self.options.trim_keep_frames) // chunk * chunk
+        chunk, first = self.options.chunk_frames, self.options.chunk_at(0)
+        # On the chunk grid: the first chunk, then whole chunks.
+        keep_from = first + (state.n_final - self.options.trim_keep_frames - first) // chunk * chunk
         assert keep_from > 0, "options validation guarantees room to trim"
         return keep_from
 
@@ -339,11 +356,11 @@ class StreamingEncoder:
         Chunks go one at a time (a chunk-level loop, never a frame-level one): each pass is the
         same-shaped tensor program, which is what lets states of several streams stack later.
         """
-        chunk, lookahead = self.options.chunk_frames, self.options.lookahead_frames
+        lookahead = self.options.lookahead_frames
         ready = conv_ready_frames(state.n_mel)
         outputs: list[EncoderOutput] = []
-        while state.n_final + chunk + lookahead <= ready:
-            start = state.n_final
+        while state.n_final + self.options.chunk_at(state.n_final) + lookahead <= ready:
+            start, chunk = state.n_final, self.options.chunk_at(state.n_final)
             outputs.append(self._encode_span(state, start, start + chunk + lookahead, chunk, return_layers))
         return outputs
 
@@ -385,7 +402,9 @@ class StreamingEncoder:
 # -- the exact reference -------------------------------------------------------------------------
 
 
-def block_causal_mask(n_frames: int, chunk: int, lookahead: int, tail_from: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
+def block_causal_mask(
+    n_frames: int, chunk: int, lookahead: int, tail_from: Optional[int] = None, *, first_chunk: Optional[int] = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The block-causal attention pattern over a sequence augmented with right-context copies.
 
     The lookahead frames a chunk sees are computed *within* that chunk's step (they attend to the
@@ -394,10 +413,12 @@ def block_causal_mask(n_frames: int, chunk: int, lookahead: int, tail_from: Opti
 
     Args:
       n_frames: frames ``T`` of the sequence.
-      chunk: ``C``; chunk ``k`` holds frames ``[kC, (k+1)C)``.
-      lookahead: ``R``; chunk ``k``'s copies are frames ``[(k+1)C, (k+1)C + R)`` (clipped to ``T``).
+      chunk: ``C``; chunk ``k`` holds frames ``[b_k, b_{k+1})`` with ``b_k = kC`` (or
+        ``F + (k-1)C`` after a first chunk of ``F`` frames).
+      lookahead: ``R``; chunk ``k``'s copies are frames ``[b_{k+1}, b_{k+1} + R)`` (clipped to ``T``).
       tail_from: frames from here on form one last block that sees every frame (the padding tail);
-        it must be a multiple of ``chunk``.
+        it must lie on the chunk grid.
+      first_chunk: ``F``, the first chunk's size (``None``: ``C``; see ``first_chunk_frames``).
 
     Returns:
       ``(source, mask)``: ``source[a]`` is the frame index of augmented position ``a`` (the first
@@ -405,22 +426,27 @@ def block_causal_mask(n_frames: int, chunk: int, lookahead: int, tail_from: Opti
       attend to ``b``.
     """
     tail_from = n_frames if tail_from is None else tail_from
-    if tail_from % chunk and tail_from != n_frames:
+    first = chunk if first_chunk is None else first_chunk
+    # Chunk boundaries b_0 = 0, b_1 = F, b_2 = F + C, ... up to the tail.
+    bounds = [0] + list(range(first, max(tail_from, first) + chunk, chunk))
+    n_chunks = next(k for k, b in enumerate(bounds) if b >= tail_from) if tail_from > 0 else 0
+    if tail_from not in bounds and tail_from != n_frames:
         raise ValueError("tail_from must lie on the chunk grid")
+    ends = torch.tensor(bounds[1 : n_chunks + 1], dtype=torch.long)  # b_{k+1} of every chunk k
     frames = torch.arange(n_frames)
-    n_chunks = -(-tail_from // chunk)
     # Right-context copies: chunk k's lookahead frames, for chunks before the tail.
     offsets = torch.arange(lookahead)
-    copy_frames = (torch.arange(n_chunks)[:, None] + 1) * chunk + offsets[None, :]
+    copy_frames = ends[:, None] + offsets[None, :]
     copy_owner = torch.arange(n_chunks)[:, None].expand_as(copy_frames)
     valid = copy_frames < n_frames
     copy_frames, copy_owner = copy_frames[valid], copy_owner[valid]
     source = torch.cat([frames, copy_frames])
     # Owner block of each augmented position; the tail is block n_chunks.
-    owner = torch.cat([torch.where(frames < tail_from, frames // chunk, torch.full_like(frames, n_chunks)), copy_owner])
+    frame_owner = torch.searchsorted(ends, frames, right=True)
+    owner = torch.cat([torch.where(frames < tail_from, frame_owner, torch.full_like(frames, n_chunks)), copy_owner])
     is_copy = torch.cat([torch.zeros(n_frames, dtype=torch.bool), torch.ones(len(copy_frames), dtype=torch.bool)])
-    # A query of block k sees the real frames before (k+1)C (every frame for the tail) ...
-    limit = torch.where(owner < n_chunks, (owner + 1) * chunk, torch.full_like(owner, n_frames))
+    # A query of block k sees the real frames before b_{k+1} (every frame for the tail) ...
+    limit = torch.cat([ends, torch.tensor([n_frames])])[owner]
     sees_frames = (~is_copy)[None, :] & (source[None, :] < limit[:, None])
     # ... and the copies of its own chunk (the tail has none).
     sees_copies = is_copy[None, :] & (owner[None, :] == owner[:, None])
@@ -436,6 +462,7 @@ def encode_block_causal(
     *,
     tail_from: Optional[int] = None,
     return_layers: bool = False,
+    first_chunk: Optional[int] = None,
 ) -> Union[torch.Tensor, tuple[torch.Tensor, list[torch.Tensor]]]:
     """The masked full-sequence encoder: the streaming encoder's exact reference, in one pass.
 
@@ -449,6 +476,7 @@ def encode_block_causal(
       chunk: ``C`` frames per chunk.
       lookahead: ``R`` lookahead frames per chunk.
       tail_from: frames from here on form the padding tail block (see :meth:`StreamingEncoder.padding_tail`).
+      first_chunk: the first chunk's size (``StreamingEncoderOptions.first_chunk_frames``).
       return_layers: also return each block's output.
 
     Returns:
@@ -463,7 +491,7 @@ def encode_block_causal(
     n_frames = x.shape[1]
     if n_frames > encoder.positional_embedding.shape[0]:
         raise ValueError(f"audio too long for the encoder: {n_frames} frames")
-    source, mask = block_causal_mask(n_frames, chunk, lookahead, tail_from)
+    source, mask = block_causal_mask(n_frames, chunk, lookahead, tail_from, first_chunk=first_chunk)
     source, mask = source.to(x.device), mask.to(x.device)
     x = x[:, source] + encoder.positional_embedding[source].to(x.dtype)
     layers: list[torch.Tensor] = []

@@ -9,6 +9,7 @@ the path enters and leaves its tokens.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
@@ -25,6 +26,24 @@ from burble.asr.whisper.model import Whisper, WhisperTextModel
 from burble.asr.window import SegmentPiece, clamp_word_durations
 
 MEDIAN_FILTER_WIDTH = 7
+
+
+@dataclass
+class Alignment:
+    """Words of a decode with their times, and where each decoder step looked in the audio.
+
+    Attributes:
+      words: one :class:`Word` per word, times relative to the window start.
+      word_tokens: the text tokens of each word.
+      peak_frames: per decoder input row, ``<|notimestamps|>`` through the last text token (the
+        rows that predict each text token and then end-of-text; one more than there are text
+        tokens), the encoder frame (20 ms) the alignment heads attend to most (standardised over
+        tokens and median-filtered, as for DTW). AlignAtt commits by these peaks.
+    """
+
+    words: list[Word]
+    word_tokens: list[list[int]]
+    peak_frames: np.ndarray
 
 
 def find_alignment(
@@ -46,8 +65,24 @@ def find_alignment(
 
     Returns one :class:`Word` per word, with times relative to the window start.
     """
+    return align(
+        model, tokenizer, start_of_transcript, text_tokens, audio_features, num_frames, text_model=text_model
+    ).words
+
+
+def align(
+    model: Whisper,
+    tokenizer: WhisperTokenizer,
+    start_of_transcript: Sequence[int],
+    text_tokens: list[int],
+    audio_features: torch.Tensor,
+    num_frames: int,
+    *,
+    text_model: Optional[WhisperTextModel] = None,
+) -> Alignment:
+    """:func:`find_alignment`, with each word's tokens and each decoder row's attention peak."""
     if not text_tokens:
-        return []
+        return Alignment(words=[], word_tokens=[], peak_frames=np.zeros(0, dtype=np.int64))
     start_sequence = list(start_of_transcript) + [tokenizer.no_timestamps]
     tokens = torch.tensor([start_sequence + text_tokens + [tokenizer.eot]], device=model.device)
     capture: dict[int, list[int]] = {}
@@ -88,7 +123,7 @@ def find_alignment(
         start, end = float(jump_times[first]), float(jump_times[last])
         probability = float(np.mean(token_probs[first:last]))
         result.append(Word(word=word, start=start, end=max(start, end), probability=probability))
-    return result
+    return Alignment(words=result, word_tokens=word_tokens, peak_frames=matrix.argmax(axis=1))
 
 
 def _merge_punctuations(words: list[Word], prepend: str, append: str) -> list[Word]:

@@ -219,3 +219,46 @@ def test_options_and_inputs_are_checked(model):
         encoder.step(encoder.new_state(), torch.zeros(128, 10))
     with pytest.raises(ValueError):
         encoder.trim(encoder.new_state(), 1)
+
+
+# -- a larger first chunk (utterance starts) --------------------------------------------------------
+
+
+@pytest.mark.parametrize("first,chunk,lookahead", [(150, 50, 25), (75, 50, 0), (30, 50, 12)])
+def test_first_chunk_streaming_equals_masked_full(model, real_mel, first, chunk, lookahead):
+    options = StreamingEncoderOptions(chunk_frames=chunk, lookahead_frames=lookahead, first_chunk_frames=first)
+    encoder = StreamingEncoder(model, options)
+    state, out = _stream(encoder, real_mel, seed=first)
+    ready = conv_ready_frames(real_mel.shape[-1])
+    assert state.n_final == first + (ready - lookahead - first) // chunk * chunk
+    reference = encode_block_causal(model, real_mel, chunk, lookahead, first_chunk=first, return_layers=True)
+    _assert_layers(out, reference, 0, f"first={first} C={chunk} R={lookahead}")
+    # With the tail as one last block after the content.
+    mel = real_mel[:, :777]
+    state, _ = _stream(encoder, mel)
+    received = (mel.shape[-1] + 1) // 2
+    padded = F.pad(mel, (0, 2 * (received + 64) - mel.shape[-1]))
+    tail_reference = encode_block_causal(model, padded, chunk, lookahead, tail_from=state.n_final, first_chunk=first)
+    torch.testing.assert_close(encoder.audio_features(state, 64), tail_reference, atol=ATOL, rtol=0)
+
+
+def test_first_chunk_applies_again_after_a_trim(model, real_mel):
+    options = StreamingEncoderOptions(chunk_frames=50, lookahead_frames=12, first_chunk_frames=120)
+    encoder = StreamingEncoder(model, options)
+    state = encoder.new_state()
+    for a, b in _pieces(700, seed=5):
+        encoder.step(state, real_mel[:, a:b])
+    encoder.trim(state, 101)
+    kept = real_mel[:, 202:700]
+    reference = encode_block_causal(model, kept, 50, 12, first_chunk=120)
+    assert state.n_final == 120 + (conv_ready_frames(kept.shape[-1]) - 12 - 120) // 50 * 50
+    torch.testing.assert_close(state.final_states(), reference[:, : state.n_final], atol=ATOL, rtol=0)
+
+
+def test_first_chunk_changes_the_first_states(model, real_mel):
+    """Guards the reference: a first chunk of 150 must differ from three chunks of 50 in its early frames."""
+    plain = encode_block_causal(model, real_mel[:, :600], 50, 0)
+    first = encode_block_causal(model, real_mel[:, :600], 50, 0, first_chunk=150)
+    assert float((plain[:, :100] - first[:, :100]).abs().max()) > 0.05
+    with pytest.raises(ValueError):
+        StreamingEncoder(model, StreamingEncoderOptions(first_chunk_frames=0))

@@ -49,4 +49,5 @@ def test_warm_up_runs_on_either_encoder(asr, encoder, monkeypatch):
     # The warm-up really decoded the clip's speech (so the word-timing DTW ran too).
     assert recognizer.stats.decodes >= 1 and recognizer.stats.audio_seconds > 1.5
     if encoder == "cache-aware":
-        assert recognizer.stats.encoder_frames > 0 and recognizer.stats.tail_frames > 0
+        # The clip is shorter than the encoder's 3 s first chunk: it is all tail (never cached).
+        assert recognizer.stats.tail_frames > 0
