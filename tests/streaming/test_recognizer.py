@@ -12,6 +12,7 @@ from burble.audio.io import load_audio
 from burble.metrics.wer import corpus_wer
 from burble.streaming.loop import PipelineOptions, asr_pipeline
 from burble.streaming.recognizer import StreamingOptions, WhisperStreamingRecognizer
+from burble.streaming.factory import RecognizerChoice
 from burble.streaming.sources import ArraySource, MicrophoneSource
 from burble.testing import dev_audio_items, dev_item, require_shared
 from burble.testing.virtual_mic import VirtualMicrophone, unavailable_reason
@@ -36,8 +37,8 @@ class Collect:
         return "".join(e.text for e in self.events if e.type == "final")
 
 
-def stream_array(asr, audio, *, chunk=1.0, options=StreamingOptions()):
-    recognizer = WhisperStreamingRecognizer(asr, options)
+def stream_array(asr, audio, *, chunk=1.0, options=StreamingOptions(), choice=RecognizerChoice()):
+    recognizer = choice.build(asr, options)
     sink = Collect()
     pipeline = asr_pipeline(ArraySource(audio, realtime=False), recognizer, [sink], options=PipelineOptions(chunk_seconds=chunk))
     metrics = asyncio.run(pipeline.run())
@@ -143,7 +144,7 @@ def test_memory_stays_flat_over_ten_minutes(asr):
 def test_microphone_pipeline_captions_a_recording(asr):
     """A recording played into a virtual microphone is captioned by the `burble listen` pipeline."""
     with VirtualMicrophone() as vmic:
-        recognizer = WhisperStreamingRecognizer(asr)
+        recognizer = RecognizerChoice().build(asr)  # what `burble listen` builds
         sink = Collect()
 
         async def main():
