@@ -44,10 +44,11 @@ class RecognizerChoice:
         pipeline calls the recognizer. Ignored by ``"re-encode"``.
     """
 
-    # The default since issue 13: over the 20 short dev clips at 1 s chunks (tiny.en, idle, no
-    # VAD) cache-aware + AlignAtt gave WER 0.029, AWED median 1.04 s / p90 1.50 s, compute RTF
-    # 0.18; re-encode + AlignAtt 0.041, 1.21 / 1.65 s, RTF 0.38 (BENCHMARKS.md has the full grid).
-    encoder: str = "cache-aware"
+    # Still the default: at 1 s chunks (tiny.en, VAD on, 20 short dev clips; BENCHMARKS.md) the
+    # cache-aware path commits sooner (AWED median 1.23 vs 1.88 s with AlignAtt) at less than half
+    # the compute (RTF 0.22 vs 0.49), but its committed WER is 6.7% vs 5.4% (offline 4.5%), 8.6% vs
+    # 5.1% on base, and it moves with where the chunks fall (4.1-6.1% at 0.9-1.12 s chunks).
+    encoder: str = "re-encode"
     lookahead_seconds: float = 0.5
     encoder_chunk_seconds: float = 1.0
 

@@ -72,12 +72,17 @@ class PipelineOptions:
       buffer_seconds: the most audio that may wait for processing; beyond it a live source's
         oldest audio is dropped (so this is also the worst-case lag).
       lag_warning_seconds: log a warning when processing falls this far behind.
+      decode_at_pauses: call the recognizer at once when the VAD reports a ``SpeechPause``
+        instead of waiting for a full chunk (earlier final words at utterance ends). Off by
+        default: with LocalAgreement-2 the extra decodes raised the committed WER over all of
+        dev-audio from 4.6% to 6.2% (tiny.en, 1 s chunks).
     """
 
     chunk_seconds: float = 1.0
     tick_seconds: float = 0.1
     buffer_seconds: float = 10.0
     lag_warning_seconds: float = 3.0
+    decode_at_pauses: bool = False
 
     def __post_init__(self) -> None:
         if self.chunk_seconds <= 0 or self.tick_seconds <= 0:
@@ -367,7 +372,7 @@ def asr_pipeline(
         vad = StreamingVAD(vad)
     if vad is not None:
         stages.append(VADStage(vad))
-    stages.append(RecognizerStage(recognizer, chunk_seconds=options.chunk_seconds))
+    stages.append(RecognizerStage(recognizer, chunk_seconds=options.chunk_seconds, decode_at_pauses=options.decode_at_pauses))
     stages.append(SinkStage(sinks))
     return Pipeline(source, stages, options)
 

@@ -198,6 +198,7 @@ def alignatt_stable_words(
     frames_before_end: int,
     word_probabilities: Sequence[float] = (),
     min_probability: float = 0.0,
+    agreed: Sequence[bool] = (),
 ) -> int:
     """How many leading words AlignAtt may commit.
 
@@ -215,9 +216,12 @@ def alignatt_stable_words(
       end_frame: encoder frames of audio received.
       frames_before_end: AlignAtt's threshold ``f``.
       word_probabilities: each word's mean token probability (optional).
-      min_probability: a word less probable than this is not committed, nor anything after it:
-        on the first second of an utterance Whisper guesses ("What you are" for "What your
-        country", word probability 0.10), and attention alone cannot tell a guess from a word.
+      min_probability: a word less probable than this is committed only if the previous
+        hypothesis had it too (``agreed``), and nothing after it is committed before it: Whisper
+        guesses ("What you are" for "What your country", word probability 0.10; "Stuffered" for
+        "stuff it"), and attention alone cannot tell a guess from a word. Confident words keep
+        AlignAtt's latency; doubtful ones wait for LocalAgreement-2's second vote.
+      agreed: per word, whether the previous hypothesis had the same word at the same place.
 
     Returns:
       the number of stable words.
@@ -229,7 +233,8 @@ def alignatt_stable_words(
         following = row + count  # the row predicting the token after this word
         if following >= len(peak_frames) or any(peak_frames[r] >= limit for r in range(row, following + 1)):
             break
-        if index < len(word_probabilities) and word_probabilities[index] < min_probability:
+        doubtful = index < len(word_probabilities) and word_probabilities[index] < min_probability
+        if doubtful and not (index < len(agreed) and agreed[index]):
             break
         stable += 1
         row = following

@@ -96,14 +96,15 @@ class StreamingOptions:
     language: Optional[str] = None
     biasing: Optional[BiasingConfig] = None
     hotwords: tuple[str, ...] = ()
-    # AlignAtt commits ~0.6 s sooner than LocalAgreement-2 at the same WER (cache-aware, 1 s
-    # chunks, 20 short dev clips: AWED median 1.04 vs 1.61 s, WER 0.029 vs 0.057).
-    policy: str = "alignatt"
+    # LocalAgreement-2 stays the default: AlignAtt commits ~0.45 s sooner (re-encode, 1 s chunks,
+    # VAD on, tiny.en: AWED median 1.42 vs 1.88 s, WER 5.1% vs 5.4%), but on base its WER is
+    # 6.4% vs 5.1% (BENCHMARKS.md), and one decode's guess is committed without a second vote.
+    policy: str = "local-agreement"
     alignatt_frames: int = 10
     alignatt_min_probability: float = 0.0
     # Utterances that start on speech (VAD, microphone) were misheard from their first second
-    # ("Thank you, my country" for JFK's "What your country"); over the 20 short dev clips 1.5 s
-    # costs 0.07 s of median AWED (WER 0.029 -> 0.032; offline greedy: 0.045).
+    # ("Thank you, my country" for JFK's "What your country"); over the 20 short dev clips (cache-
+    # aware, 1 s chunks, no VAD) 1.5 s costs 0.07 s of median AWED (WER 0.029 -> 0.032).
     alignatt_first_commit_seconds: float = 1.5
 
     def __post_init__(self) -> None:
@@ -161,6 +162,7 @@ class WhisperStreamingRecognizer:
         self._utterance_words: list[Word] = []  # committed in the current utterance
         self._history_tokens: list[int] = []  # committed text tokens (the prompt)
         self._previous_tokens: list[int] = []  # the last hypothesis (speculative draft)
+        self._previous_words: list[Word] = []  # AlignAtt: the last hypothesis's uncommitted words
 
     # -- Recognizer protocol -------------------------------------------------------------------
 
@@ -201,6 +203,7 @@ class WhisperStreamingRecognizer:
         self._audio = np.zeros(0, dtype=np.float32)
         self._window_start = at_sample
         self._previous_tokens = []
+        self._previous_words = []
         self._policy.reset()
         return events
 
@@ -250,6 +253,7 @@ class WhisperStreamingRecognizer:
         prefix = self.asr.tokenizer.encode("".join(w.word for w in self._committed_words)) if self._committed_words else []
         decoded = self._decode(prefix)
         if decoded is None:
+            self._previous_words = []
             return [], 0
         alignment, frames = decoded
         # The prefix ends at a word boundary: its words are the alignment's first ones.
@@ -267,9 +271,11 @@ class WhisperStreamingRecognizer:
             # Punctuation is often improbable (which mark, not whether a word): only words are judged.
             word_probabilities=[w.probability if normalize_word(w.word) else 1.0 for w in words],
             min_probability=self.options.alignatt_min_probability,
+            agreed=[normalize_word(a.word) == normalize_word(b.word) for a, b in zip(words, self._previous_words)],
         )
         if not self._utterance_words and len(self._audio) < self.options.alignatt_first_commit_seconds * SAMPLE_RATE:
             stable = 0  # an utterance's first second is often a guess ("Thank you," for "What your")
+        self._previous_words = words[stable:]  # the next hypothesis starts where these do
         # The next decode's prefix grows by the stable words: the rest is its draft.
         self._previous_tokens = self._previous_tokens[covered - len(prefix) + sum(counts[:stable]) :]
         return words, stable

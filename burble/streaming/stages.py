@@ -199,7 +199,8 @@ class RecognizerStage:
     Args:
       recognizer: the streaming recognizer.
       chunk_seconds: gather at least this much speech audio per ``accept`` call (endpoints,
-        speech pauses and the end of the stream pass on whatever is pending).
+        speech pauses if ``decode_at_pauses``, and the end of the stream pass on whatever is pending).
+      decode_at_pauses: decode pending audio at a ``SpeechPause`` (otherwise pauses are ignored).
 
     Attributes:
       calls: recognizer calls made (accept, endpoint, flush).
@@ -207,11 +208,12 @@ class RecognizerStage:
       audio_seconds: speech audio given to ``accept``.
     """
 
-    def __init__(self, recognizer: Recognizer, *, chunk_seconds: float = 1.0) -> None:
+    def __init__(self, recognizer: Recognizer, *, chunk_seconds: float = 1.0, decode_at_pauses: bool = False) -> None:
         if chunk_seconds <= 0:
             raise ValueError("chunk_seconds must be > 0")
         self.recognizer = recognizer
         self._chunk = int(round(chunk_seconds * SAMPLE_RATE))
+        self.decode_at_pauses = decode_at_pauses
         self._pending: list[AudioChunk] = []
         self.calls = 0
         self.busy_seconds = 0.0
@@ -252,7 +254,8 @@ class RecognizerStage:
                 out += await self._accept()
                 out += await self._call(self.recognizer.endpoint, item.at_sample)
             elif isinstance(item, SpeechPause):
-                out += await self._accept()  # nothing more is coming for now: decode what there is
+                if self.decode_at_pauses:
+                    out += await self._accept()  # nothing more is coming for now: decode what there is
             else:
                 out.append(item)
         if self.pending_samples >= self._chunk:

@@ -165,5 +165,9 @@ def test_alignatt_does_not_commit_a_guess():
     counts, peaks = [1, 1, 1], [10, 20, 30, 40]
     kwargs = dict(first_row=0, end_frame=100, frames_before_end=10)
     assert alignatt_stable_words(counts, peaks, **kwargs) == 3
-    # The second word is a guess: it and everything after it wait.
-    assert alignatt_stable_words(counts, peaks, word_probabilities=[0.9, 0.2, 0.9], min_probability=0.5, **kwargs) == 1
+    # The second word is a guess: it and everything after it wait ...
+    doubtful = dict(word_probabilities=[0.9, 0.2, 0.9], min_probability=0.5, **kwargs)
+    assert alignatt_stable_words(counts, peaks, **doubtful) == 1
+    assert alignatt_stable_words(counts, peaks, agreed=[False, False, True], **doubtful) == 1
+    # ... until the previous hypothesis had it too (a second vote, as LocalAgreement-2 asks).
+    assert alignatt_stable_words(counts, peaks, agreed=[False, True, False], **doubtful) == 3

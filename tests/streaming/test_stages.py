@@ -52,7 +52,7 @@ def test_a_pause_inside_an_utterance_is_signalled_once_and_long_before_the_endpo
 
 def test_recognizer_stage_decodes_pending_audio_at_a_pause():
     recognizer = FakeRecognizer()
-    stage = RecognizerStage(recognizer, chunk_seconds=1.0)
+    stage = RecognizerStage(recognizer, chunk_seconds=1.0, decode_at_pauses=True)
     piece = np.ones(int(0.4 * SR), np.float32) * 0.1
     asyncio.run(stage.process([AudioChunk(piece, 0)]))
     assert [c[0] for c in recognizer.calls] == []  # less than a chunk: waits
@@ -62,3 +62,11 @@ def test_recognizer_stage_decodes_pending_audio_at_a_pause():
     assert [c[0] for c in recognizer.calls] == ["accept"]  # nothing pending: no empty call
     stage.close()
 
+
+
+def test_pauses_are_ignored_unless_asked_for():
+    recognizer = FakeRecognizer()
+    stage = RecognizerStage(recognizer, chunk_seconds=1.0)
+    asyncio.run(stage.process([AudioChunk(np.ones(int(0.4 * SR), np.float32) * 0.1, 0), SpeechPause(int(0.4 * SR))]))
+    assert recognizer.calls == []  # the default waits for a full chunk or the endpoint
+    stage.close()
