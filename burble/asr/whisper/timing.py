@@ -46,30 +46,6 @@ class Alignment:
     peak_frames: np.ndarray
 
 
-def find_alignment(
-    model: Whisper,
-    tokenizer: WhisperTokenizer,
-    start_of_transcript: Sequence[int],
-    text_tokens: list[int],
-    audio_features: torch.Tensor,
-    num_frames: int,
-    *,
-    text_model: Optional[WhisperTextModel] = None,
-) -> list[Word]:
-    """Align ``text_tokens`` (no specials) to the first ``num_frames`` mel frames of a window.
-
-    Args:
-      start_of_transcript: the decode's start-of-transcript sequence
-        (:func:`burble.asr.prompt.sot_sequence`: language and task of that decode).
-      text_model: the decoder already bound to ``audio_features`` (reuses its cross-attention K/V).
-
-    Returns one :class:`Word` per word, with times relative to the window start.
-    """
-    return align(
-        model, tokenizer, start_of_transcript, text_tokens, audio_features, num_frames, text_model=text_model
-    ).words
-
-
 def align(
     model: Whisper,
     tokenizer: WhisperTokenizer,
@@ -80,7 +56,16 @@ def align(
     *,
     text_model: Optional[WhisperTextModel] = None,
 ) -> Alignment:
-    """:func:`find_alignment`, with each word's tokens and each decoder row's attention peak."""
+    """Align ``text_tokens`` (no specials) to the first ``num_frames`` mel frames of a window.
+
+    Args:
+      start_of_transcript: the decode's start-of-transcript sequence
+        (:func:`burble.asr.prompt.sot_sequence`: language and task of that decode).
+      text_model: the decoder already bound to ``audio_features`` (reuses its cross-attention K/V).
+
+    Returns the words (times relative to the window start), each word's tokens, and each decoder
+    row's attention peak (:class:`Alignment`).
+    """
     if not text_tokens:
         return Alignment(words=[], word_tokens=[], peak_frames=np.zeros(0, dtype=np.int64))
     start_sequence = list(start_of_transcript) + [tokenizer.no_timestamps]
@@ -170,9 +155,9 @@ def add_word_timestamps(
     """
     eot = tokenizer.eot
     text_tokens = [t for piece in pieces for t in piece.tokens if t < eot]
-    aligned = find_alignment(
+    aligned = align(
         model, tokenizer, sot_sequence(tokenizer, options), text_tokens, audio_features, num_frames, text_model=text_model
-    )
+    ).words
     words = clamp_word_durations(aligned, keep="end")
     word_index = 0
     for piece in pieces:
