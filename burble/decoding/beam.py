@@ -5,7 +5,9 @@ timestamp rules, shallow fusion and phrase boosting steer beam search exactly as
 decoding), keeps the ``beam_size`` best unfinished continuations, moves finished ones aside, and
 reorders the KV cache rows. Finished hypotheses are ranked by length-normalised log-probability.
 Processors marked ``adds_score`` (shallow fusion, boosting) contribute through ``score()`` after the
-``log_softmax`` rather than by editing logits, as classic shallow fusion defines it.
+``log_softmax`` rather than by editing logits, as classic shallow fusion defines it. One that also
+has ``reserve(scores)`` (phrase boosting) may claim the last beam slot for a continuation below the
+cut, e.g. the first token of a boosted name that would otherwise never enter the beam.
 """
 
 from __future__ import annotations
@@ -48,6 +50,39 @@ def _ranked_candidates(
     columns = (flat_scores[order], rows, tokens, step_logprobs)
     table = torch.stack([column.to(torch.float64) for column in columns], dim=1)
     return [(score, int(row), int(token), step_lp) for score, row, token, step_lp in table.tolist()]
+
+
+def _take_reserved_slot(
+    offers: Sequence[tuple[int, int, float]],
+    eos: int,
+    beam: int,
+    logprobs: torch.Tensor,
+    token_logprobs: list[list[float]],
+    keep_rows: list[int],
+    keep_tokens: list[int],
+    keep_scores: list[float],
+    keep_logprobs: list[list[float]],
+) -> None:
+    """Give the best offered continuation the last beam slot unless an offer already holds one.
+
+    A scorer (phrase boosting) offers ``(row, token, score)`` continuations that deserve to be
+    explored even below the beam's cut (a rare name's first token); the kept lists are edited in
+    place. Offers of end-of-text are ignored: finishing is the ranking's business.
+    """
+    offers = [offer for offer in offers if offer[1] != eos]
+    if not offers:
+        return
+    kept = set(zip(keep_rows, keep_tokens))
+    if any((row, token) in kept for row, token, _ in offers):
+        return
+    row, token, score = offers[0]
+    if len(keep_rows) == beam:
+        for column in (keep_rows, keep_tokens, keep_scores, keep_logprobs):
+            column.pop()
+    keep_rows.append(row)
+    keep_tokens.append(token)
+    keep_scores.append(score)
+    keep_logprobs.append(token_logprobs[row] + [float(logprobs[row, token])])
 
 
 def beam_search(
@@ -128,6 +163,11 @@ def beam_search(
                 keep_logprobs.append(token_logprobs[row] + [step_lp])
                 if len(keep_rows) == beam:
                     break
+        if keep_rows:
+            for scorer in scorers:
+                if hasattr(scorer, "reserve"):
+                    _take_reserved_slot(scorer.reserve(scores), eos, beam, logprobs, token_logprobs,
+                                        keep_rows, keep_tokens, keep_scores, keep_logprobs)
         if len(finished) >= max_finished or not keep_rows:
             break
         while len(keep_rows) < beam:  # fewer live candidates than beams: pad with dead rows

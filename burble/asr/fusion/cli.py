@@ -126,7 +126,19 @@ def add_biasing_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def biasing_from_args(args: argparse.Namespace):
-    """A :class:`~burble.asr.fusion.config.BiasingConfig` from :func:`add_biasing_arguments` flags."""
+    """A :class:`~burble.asr.fusion.config.BiasingConfig` from :func:`add_biasing_arguments` flags.
+
+    A malformed ``--hotwords`` item or hotwords file (missing, not text, a bad weight) is one line
+    on stderr and exit status 2, the same for every command that takes these flags.
+    """
+    try:
+        return _biasing_from_args(args)
+    except ValueError as error:
+        print(f"burble {getattr(args, 'command', None) or 'lm'}: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _biasing_from_args(args: argparse.Namespace):
     from burble.asr.fusion.boosting import DEFAULT_WEIGHT, as_phrases
     from burble.asr.fusion.config import BiasingConfig
 

@@ -12,7 +12,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from burble.asr.fusion.boosting import DEFAULT_WEIGHT, Phrase, PhraseBooster, as_phrases, load_phrases
+from burble.asr.fusion.boosting import BoostOptions, PhraseBooster
+from burble.asr.fusion.phrases import DEFAULT_WEIGHT, Phrase, as_phrases, load_phrases
 from burble.asr.fusion.lm import load_lm
 from burble.asr.fusion.shallow_fusion import FusionOptions, ShallowFusion
 from burble.asr.tokenizer import WhisperTokenizer
@@ -28,8 +29,9 @@ class BiasingConfig:
       lm: path of an ARPA or KenLM binary LM (``None``: no fusion).
       fusion: fusion weights and normalisation.
       phrases: boosted phrases with their per-token weights.
-      case_variants: boost Capitalized and lower-case forms of each phrase too.
+      case_variants: boost Capitalized, Title Case and lower-case forms of each phrase too.
       context: text preceding the audio (fusion history), e.g. a stream's committed text.
+      boost: how phrases are tokenized and compete in beam search (:class:`BoostOptions`).
     """
 
     lm: Optional[str] = None
@@ -37,6 +39,7 @@ class BiasingConfig:
     phrases: tuple[Phrase, ...] = ()
     case_variants: bool = True
     context: str = ""
+    boost: BoostOptions = field(default_factory=BoostOptions)
 
     @property
     def enabled(self) -> bool:
@@ -82,10 +85,12 @@ def _cached_lm(path: str):
 
 
 @lru_cache(maxsize=32)
-def _cached_booster(phrases: tuple[Phrase, ...], tokenizer: WhisperTokenizer, case_variants: bool) -> PhraseBooster:
+def _cached_booster(
+    phrases: tuple[Phrase, ...], tokenizer: WhisperTokenizer, case_variants: bool, options: BoostOptions
+) -> PhraseBooster:
     # A server gives every session the same server-wide phrases: compile their automaton once.
     # Sharing is safe: each window decodes with ``for_window``'s copy, which has its own cache.
-    return PhraseBooster(phrases, tokenizer, case_variants=case_variants)
+    return PhraseBooster(phrases, tokenizer, case_variants=case_variants, options=options)
 
 
 def processor_factory(
@@ -104,7 +109,7 @@ def processor_factory(
     if not config.enabled and lm is None:
         return None
     model = lm if lm is not None else (_cached_lm(str(config.lm)) if config.lm is not None else None)
-    booster = _cached_booster(tuple(config.phrases), tokenizer, config.case_variants) if config.phrases else None
+    booster = _cached_booster(tuple(config.phrases), tokenizer, config.case_variants, config.boost) if config.phrases else None
 
     def build(sample_begin: int) -> list:
         chain: list = []

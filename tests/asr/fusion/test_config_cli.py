@@ -67,3 +67,33 @@ def test_lm_command_builds_and_scores(tmp_path, capsys):
     assert "prison\t" in printed and "zzyzx\t" in printed and "(OOV)" in printed and "total\t" in printed
     assert main(["lm", "build", str(tmp_path / "missing.txt"), "-o", str(out)]) == 1
     assert main(["lm"]) == 2
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [(None, "hotwords file not found"), (b"Akerman\tlots\n", "hw.txt:1: bad phrase weight"), (b"\xff\xfe\x00x", "not a UTF-8")],
+)
+def test_bad_hotwords_file_is_one_line_and_exit_2(tmp_path, capsys, content, message):
+    parser = argparse.ArgumentParser()
+    cli.add_biasing_arguments(parser)
+    path = tmp_path / "hw.txt"
+    if content is not None:
+        path.write_bytes(content)
+    args = parser.parse_args(["--hotwords-file", str(path)])
+    args.command = "stream"
+    with pytest.raises(SystemExit) as exit_info:
+        cli.biasing_from_args(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("burble stream: error: ") and message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_boost_options_reach_the_booster(tokenizer):
+    from burble.asr.fusion.boosting import BoostOptions
+    from burble.asr.fusion.tokenizations import TokenizationOptions
+
+    options = BoostOptions(tokenizations=TokenizationOptions(max_splits=1), lane_margin=None)
+    (booster,) = processor_factory(BiasingConfig(phrases=(Phrase("Akerman"),), boost=options), tokenizer)(3)
+    assert booster.options == options
+    (default,) = processor_factory(BiasingConfig(phrases=(Phrase("Akerman"),)), tokenizer)(3)
+    assert default.options == BoostOptions() and default.automaton is not booster.automaton
