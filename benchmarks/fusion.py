@@ -26,7 +26,7 @@ the system's decode time, which does not depend on the load.
 
 Systems (``--systems``): ``plain``; ``boost-canonical`` (boosting as before issue 19: canonical
 encodings of the surface forms only, no reserved beam slot, a repetition only earns nothing);
-``boost-splits`` (+ alternative BPE splits and the repeat rule, no reserved slot); ``boost`` (the
+``boost-splits`` (+ alternative BPE splits and the repeat rules, no reserved slot); ``boost`` (the
 defaults: + the reserved beam slot); ``lm``, ``both`` (an LJ Speech 3-gram, needs kenlm);
 ``fw``, ``fw-hotwords`` (faster-whisper, its prompt-based ``hotwords``).
 
@@ -231,7 +231,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         lane = None if args.lane_margin < 0 else args.lane_margin
     variants = {
         "boost-canonical": BoostOptions(tokenizations=TokenizationOptions(max_splits=1), lane_margin=None,
-                                        revoke_repeats=False),
+                                        revoke_repeats=False, once_per_window=False),
         "boost-splits": BoostOptions(tokenizations=tokenizations, lane_margin=None),
         "boost": BoostOptions(tokenizations=tokenizations, lane_margin=lane),
     }
@@ -311,7 +311,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         f"tiny.en, beam 5, temperature 0; Piper speech; sets: {', '.join(described)}; each set's boosting list is "
         f"all its keywords, {weight} per token; 'boost': max_splits={options.tokenizations.max_splits}, "
         f"extra_tokens={options.tokenizations.extra_tokens}, lane_margin={options.lane_margin}, "
-        f"revoke_repeats={options.revoke_repeats}; load average {load_end} at the end"
+        f"revoke_repeats={options.revoke_repeats}, once_per_window={options.once_per_window}; load average {load_end} at the end"
     )
     write = not (args.no_write or args.quick or args.limit)
     append_section("Phrase boosting on an independent set (issue 19)", settings + "\n\n" + "\n".join(lines),

@@ -6,8 +6,8 @@ decoding), keeps the ``beam_size`` best unfinished continuations, moves finished
 reorders the KV cache rows. Finished hypotheses are ranked by length-normalised log-probability.
 Processors marked ``adds_score`` (shallow fusion, boosting) contribute through ``score()`` after the
 ``log_softmax`` rather than by editing logits, as classic shallow fusion defines it. One that also
-has ``reserve(scores)`` (phrase boosting) may claim the last beam slot for a continuation below the
-cut, e.g. the first token of a boosted name that would otherwise never enter the beam.
+has ``reserve(scores)`` (phrase boosting) may add one row for a continuation below the cut, e.g.
+the first token of a boosted name that would otherwise never enter the beam.
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ def _ranked_candidates(
 def _take_reserved_slot(
     offers: Sequence[tuple[int, int, float]],
     eos: int,
-    beam: int,
     logprobs: torch.Tensor,
     token_logprobs: list[list[float]],
     keep_rows: list[int],
@@ -63,11 +62,13 @@ def _take_reserved_slot(
     keep_scores: list[float],
     keep_logprobs: list[list[float]],
 ) -> None:
-    """Give the best offered continuation the last beam slot unless an offer already holds one.
+    """Widen the beam by one row for the best offered continuation unless an offer already holds a row.
 
     A scorer (phrase boosting) offers ``(row, token, score)`` continuations that deserve to be
-    explored even below the beam's cut (a rare name's first token); the kept lists are edited in
-    place. Offers of end-of-text are ignored: finishing is the ranking's business.
+    explored even below the beam's cut (a rare name's first token). The extra row displaces no
+    hypothesis: the ``beam`` best continuations are kept as without it, so the search only
+    widens while such an offer exists. The kept lists are edited in place. Offers of end-of-text
+    are ignored: finishing is the ranking's business.
     """
     offers = [offer for offer in offers if offer[1] != eos]
     if not offers:
@@ -76,9 +77,6 @@ def _take_reserved_slot(
     if any((row, token) in kept for row, token, _ in offers):
         return
     row, token, score = offers[0]
-    if len(keep_rows) == beam:
-        for column in (keep_rows, keep_tokens, keep_scores, keep_logprobs):
-            column.pop()
     keep_rows.append(row)
     keep_tokens.append(token)
     keep_scores.append(score)
@@ -166,7 +164,7 @@ def beam_search(
         if keep_rows:
             for scorer in scorers:
                 if hasattr(scorer, "reserve"):
-                    _take_reserved_slot(scorer.reserve(scores), eos, beam, logprobs, token_logprobs,
+                    _take_reserved_slot(scorer.reserve(scores), eos, logprobs, token_logprobs,
                                         keep_rows, keep_tokens, keep_scores, keep_logprobs)
         if len(finished) >= max_finished or not keep_rows:
             break
@@ -187,7 +185,7 @@ def beam_search(
     if unfinished:
         finished = [
             (float(sum_logprobs[r]), sequences[r, prompt_len:].tolist(), token_logprobs[r])
-            for r in range(beam)
+            for r in range(len(sequences))  # beam rows, and a phrase row where one was live
             if sum_logprobs[r] != float("-inf")
         ]
     best = max(

@@ -37,42 +37,56 @@ class PhraseAutomaton:
     or after an opening quote) is *anchored*: it may only begin at a word start, so the automaton
     never enters it from inside a word (``" Bl" "ak" "erman"`` is not the phrase ``akerman``).
 
+    Each sequence says which *potential* (bonus earned so far) each of its prefixes carries:
+    ``weight * (i + 1)`` after token ``i`` for a per-token bonus, or ``None`` for "what the prefix
+    before it had" (an alternative BPE split earns nothing until its last token, which brings the
+    phrase's whole bonus: it cannot lure the search into a common short piece, yet a hypothesis
+    that spells the phrase that way gets the same bonus as the canonical spelling). A node
+    shared by several sequences takes the largest potential; potentials never decrease along a
+    path, and a node's weight is its potential minus its parent's.
+
     Args:
-      sequences: ``(tokens, weight, phrase_index)`` per surface form; a node shared by several
-        forms takes the largest weight.
+      sequences: ``(tokens, potentials, phrase_index)``, one potential (or ``None``) per token.
       anchored_first: predicate telling whether a first token lacks a leading space.
     """
 
     def __init__(
-        self, sequences: Iterable[tuple[Sequence[int], float, int]], anchored_first: Callable[[int], bool]
+        self,
+        sequences: Iterable[tuple[Sequence[int], Sequence[Optional[float]], int]],
+        anchored_first: Callable[[int], bool],
     ) -> None:
         self.root = Node(depth=0)
-        for tokens, weight, index in sequences:
+        targets: dict[int, float] = {}  # id(node) -> the largest potential a sequence asked for
+        for tokens, potentials, index in sequences:
             if not tokens:
                 continue
+            if len(potentials) != len(tokens):
+                raise ValueError("one potential (or None) per token")
             node = self.root
-            for token in tokens:
+            for token, potential in zip(tokens, potentials):
                 child = node.children.get(token)
                 if child is None:
                     anchored = node.anchored if node is not self.root else bool(anchored_first(token))
                     child = node.children[token] = Node(depth=node.depth + 1, anchored=anchored)
-                child.weight = max(child.weight, weight)
+                if potential is not None:
+                    targets[id(child)] = max(targets.get(id(child), 0.0), potential)
                 node = child
             if node.phrase is None:
                 node.phrase = index
-        self._link()
+        self._link(targets)
 
-    def _link(self) -> None:
-        """Breadth-first: potentials, failure links and output links (anchored states excluded)."""
+    def _link(self, targets: dict[int, float]) -> None:
+        """Breadth-first: potentials and weights, failure links and output links (anchored states excluded)."""
         queue: deque[Node] = deque()
         for child in self.root.children.values():
             child.fail = self.root
-            child.potential = child.weight
+            child.potential = child.weight = targets.get(id(child), 0.0)
             queue.append(child)
         while queue:
             node = queue.popleft()
             for token, child in node.children.items():
-                child.potential = node.potential + child.weight
+                child.potential = max(node.potential, targets.get(id(child), node.potential))
+                child.weight = child.potential - node.potential
                 fallback = node.fail
                 while fallback is not None and not self._enterable(fallback.children.get(token)):
                     fallback = fallback.fail

@@ -137,9 +137,21 @@ def splits(tokenizer: WhisperTokenizer, form: str, *, max_splits: int, extra_tok
 
 def phrase_tokenizations(tokenizer: WhisperTokenizer, text: str, options: TokenizationOptions) -> list[list[int]]:
     """Every token sequence of one phrase under ``options`` (surface forms x splits, no duplicates)."""
-    out: list[list[int]] = []
+    return [tokens for tokens, _, _ in tokenization_table(tokenizer, text, options)]
+
+
+def tokenization_table(
+    tokenizer: WhisperTokenizer, text: str, options: TokenizationOptions
+) -> list[tuple[list[int], bool, int]]:
+    """``(tokens, canonical, canonical length)`` of every token sequence of one phrase: the
+    canonical encoding of each surface form (``canonical`` true) and the form's alternative
+    splits, each with the token count of its form's canonical encoding."""
+    out: list[tuple[list[int], bool, int]] = []
+    seen: set[tuple[int, ...]] = set()
     for form in surface_forms(text, options.case_variants):
-        for sequence in splits(tokenizer, form, max_splits=options.max_splits, extra_tokens=options.extra_tokens):
-            if sequence and sequence not in out:
-                out.append(sequence)
+        found = splits(tokenizer, form, max_splits=options.max_splits, extra_tokens=options.extra_tokens)
+        for n, sequence in enumerate(found):
+            if sequence and tuple(sequence) not in seen:
+                seen.add(tuple(sequence))
+                out.append((sequence, n == 0, len(found[0])))
     return out

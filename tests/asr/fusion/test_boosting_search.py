@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from burble.asr.fusion.boosting import BoostOptions, PhraseBooster
-from burble.asr.fusion.tokenizations import TokenizationOptions, phrase_tokenizations, splits
+from burble.asr.fusion.tokenizations import TokenizationOptions, splits, tokenization_table
 from burble.decoding.beam import beam_search
 from burble.decoding.kv_cache import KVCache
 from burble.decoding.options import DecodingOptions
@@ -84,25 +84,29 @@ CANONICAL_ONLY = {"tokenizations": TokenizationOptions(max_splits=1), "lane_marg
 
 
 def test_every_tokenization_earns_the_bonus_and_canonical_only_misses_the_others(tokenizer):
+    """Each token sequence of the phrase earns what its form's canonical encoding earns; an
+    alternative split earns it on its last token only (its pieces never lure the search)."""
     full = booster(tokenizer, "Kubernetes")
     canonical = booster(tokenizer, "Kubernetes", **CANONICAL_ONLY)
-    sequences = phrase_tokenizations(tokenizer, "Kubernetes", TokenizationOptions())
-    canonical_forms = phrase_tokenizations(tokenizer, "Kubernetes", TokenizationOptions(max_splits=1))
-    others = [s for s in sequences if s not in canonical_forms]
+    table = tokenization_table(tokenizer, "Kubernetes", TokenizationOptions())
+    others = [(tokens, length) for tokens, is_canonical, length in table if not is_canonical]
     assert len(others) >= 10  # the alternative splits of several surface forms
-    for sequence in sequences:
-        assert tokenizer.decode(sequence).strip().lower() == "kubernetes"
+    canonical_firsts = {tokens[0] for tokens, is_canonical, _ in table if is_canonical}
 
-        def total(b: PhraseBooster) -> float:
-            state, bonus = b.initial, 0.0
-            for token in sequence + [tokenizer.eot]:
-                reward, state = b.step(state, token)
-                bonus += reward
-            return bonus
+    def rewards(b: PhraseBooster, sequence: list[int]) -> list[float]:
+        state, out = b.initial, []
+        for token in sequence + [tokenizer.eot]:
+            reward, state = b.step(state, token)
+            out.append(reward)
+        return out
 
-        assert total(full) == pytest.approx(4.0 * len(sequence))
-        if sequence in others:
-            assert total(canonical) == pytest.approx(0.0)  # negative control: the canonical-only trie
+    for tokens, is_canonical, length in table:
+        assert tokenizer.decode(tokens).strip().lower() == "kubernetes"
+        assert sum(rewards(full, tokens)) == pytest.approx(4.0 * length)
+        if not is_canonical:
+            assert sum(rewards(canonical, tokens)) == pytest.approx(0.0)  # negative control: canonical-only trie
+            if tokens[0] not in canonical_firsts:
+                assert rewards(full, tokens)[0] == 0.0  # no provisional bonus on an alternative's first piece
 
 
 def test_splits_are_bounded_and_start_with_the_canonical_encoding(tokenizer):
