@@ -12,6 +12,9 @@ verifies each draft against the target (greedy or by rejection sampling).
   early-exit self-draft is a :class:`ModelDrafter` over a view of the target that runs only its
   first layers (the ASR model provides that view).
 
+* :class:`FirstDraft` asks several drafters in turn and keeps the first non-empty draft (e.g. the
+  previous hypothesis, then MTP heads where the hypothesis has nothing).
+
 Copy-based drafters return one-hot drafts (``probs=None``): the verifier then accepts a token with
 probability ``p(x)``, which is lossless whatever produced the token.
 """
@@ -24,7 +27,7 @@ import torch
 
 from burble.decoding.kv_cache import KVCache
 from burble.decoding.model import AutoregressiveModel
-from burble.decoding.speculative import Draft, TargetRule
+from burble.decoding.speculative import Draft, Drafter, TargetRule
 
 def _last_match(haystack: Sequence[int], pattern: Sequence[int], end: int) -> int:
     """Start of the last occurrence of ``pattern`` in ``haystack`` that starts before ``end``
@@ -264,3 +267,23 @@ class ModelDrafter:
         self.cache = None
         self._cached = []
         self._granted = float("inf")
+
+
+class FirstDraft:
+    """Ask ``drafters`` in order; the first non-empty draft is proposed.
+
+    Args:
+      drafters: tried in this order every pass (each keeps its own state).
+    """
+
+    def __init__(self, drafters: Sequence["Drafter"]) -> None:
+        if not drafters:
+            raise ValueError("FirstDraft needs at least one drafter")
+        self.drafters = list(drafters)
+
+    def propose(self, tokens: Sequence[int], k: int, rule: TargetRule) -> Draft:
+        for drafter in self.drafters:
+            draft = drafter.propose(tokens, k, rule)
+            if draft.tokens:
+                return draft
+        return Draft([])

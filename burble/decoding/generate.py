@@ -17,9 +17,11 @@ import torch
 import torch.nn.functional as F
 
 from burble.decoding.logits import LogitsProcessor, apply_processors, warp
-from burble.decoding.model import AutoregressiveModel
+from burble.decoding.kv_cache import KVCache
+from burble.decoding.model import AutoregressiveModel, TreeModel
 from burble.decoding.options import DecodingOptions
-from burble.decoding.speculative import Drafter, verify_greedy, verify_sampling
+from burble.decoding.speculative import Draft, Drafter, verify_greedy, verify_sampling
+from burble.decoding.tree import DraftTree, first_chain, path_prefixes, pruned, verify_greedy_tree
 from burble.decoding.stats import SpeculativeStats
 
 
@@ -148,41 +150,24 @@ def generate(
         room = options.max_new_tokens - len(tokens[0]) - 1
         draft_tokens: list[int] = []
         draft_probs = None
+        tree: Optional[DraftTree] = None
         if drafter is not None and min(k_max, room) > 0:
             draft = drafter.propose(list(host_row), min(k_max, room), rule)
-            draft_tokens = list(draft.tokens[: min(k_max, room)])
-            if draft.probs is not None:
-                draft_probs = draft.probs[: len(draft_tokens)]
-        if draft_tokens:
-            history[:, length : length + len(draft_tokens)] = torch.tensor(draft_tokens, device=device)
-        step_input = history[:, length - 1 : length + len(draft_tokens)]
-        start = cache.length
-        logits = model.forward(step_input, cache)
-        stats.target_passes += 1
-        probe.see(start, logits)
-
-        processed = _working_precision(logits).clone()
-        for j in range(step_input.shape[1]):
-            apply_processors(processors, processed[:, j], history[:, : length + j])
-
-        # ``verified`` is the verifier's token on the host (drafted passes) or per row on the device.
-        verified: int | torch.Tensor
-        if options.temperature == 0:
-            if draft_tokens:
-                n_accepted, verified = verify_greedy(draft_tokens, processed[0])
-            else:
-                n_accepted, verified = 0, processed[:, 0].argmax(dim=-1)
+            tree_room = cache.max_length - cache.length - 1  # a tree may have more nodes than k
+            draft_tokens, draft_probs, tree = _usable_draft(draft, min(k_max, room), options.temperature, model, tree_room)
+        if tree is not None:
+            n_accepted, emitted, emitted_logprobs = _verify_tree(
+                model, tree, cache, history[:, :length], processors, probe  # type: ignore[arg-type]
+            )
+            stats.target_passes += 1
+            stats.record_round(max(tree.depths), n_accepted)
         else:
-            probs = warp(processed, temperature=options.temperature, top_k=options.top_k, top_p=options.top_p)
-            if draft_tokens:
-                n_accepted, verified = verify_sampling(draft_tokens, draft_probs, probs[0], generator)
-            else:
-                n_accepted = 0
-                verified = torch.multinomial(probs[:, 0], 1, generator=generator).squeeze(1)
-        stats.record_round(len(draft_tokens), n_accepted)
-
-        # Rows: accepted draft prefix then the verifier's token; log-probs under the processed logits.
-        emitted, emitted_logprobs = _emitted_with_logprobs(processed, draft_tokens[:n_accepted], verified)
+            n_accepted, emitted, emitted_logprobs = _verify_chain(
+                model, draft_tokens, draft_probs, cache, history, length, processors, probe, options, generator
+            )
+            stats.target_passes += 1
+            stats.record_round(len(draft_tokens), n_accepted)
+        # Rows: the accepted draft, then the verifier's token (log-probs under the processed logits).
         for b in range(batch):
             if finished[b]:
                 continue
@@ -194,7 +179,6 @@ def generate(
                     finished[b] = True
                     break
                 tokens[b].append(token)
-        cache.truncate(start + 1 + n_accepted)
         width = n_accepted + 1
         # Finished rows keep feeding end-of-sequence so the batch stays rectangular.
         new = [[eos] * width if done else row for done, row in zip(finished, emitted)]
@@ -207,3 +191,93 @@ def generate(
     return GenerationResult(
         tokens=tokens, token_logprobs=logprobs, finished=finished, probe_logits=probe.logits, stats=stats
     )
+
+
+def _usable_draft(
+    draft: Draft, limit: int, temperature: float, model: AutoregressiveModel, tree_room: int
+) -> tuple[list[int], Optional[torch.Tensor], Optional[DraftTree]]:
+    """``(chain tokens, chain probs, tree)`` of a draft, cut to ``limit`` tokens (or depth).
+
+    A tree is kept for greedy decoding of a model that scores trees, if its nodes fit in the
+    cache (``tree_room`` positions); otherwise its best path is drafted as a chain (still
+    lossless: any proposal is).
+    """
+    if draft.parents is not None and draft.tokens:
+        tree = pruned(DraftTree(tuple(draft.tokens), tuple(draft.parents)), limit)
+        if tree.is_chain:
+            return list(tree.tokens), None, None
+        if temperature > 0 or not hasattr(model, "forward_tree") or len(tree) > tree_room:
+            return first_chain(tree), None, None
+        return [], None, tree
+    tokens = list(draft.tokens[:limit])
+    probs = draft.probs[: len(tokens)] if draft.probs is not None else None
+    return tokens, probs, None
+
+
+def _verify_chain(
+    model: AutoregressiveModel,
+    draft_tokens: list[int],
+    draft_probs: Optional[torch.Tensor],
+    cache: KVCache,
+    history: torch.Tensor,
+    length: int,
+    processors: Sequence[LogitsProcessor],
+    probe: _ProbeRecorder,
+    options: DecodingOptions,
+    generator: Optional[torch.Generator],
+) -> tuple[int, list[list[int]], list[list[float]]]:
+    """One pass over ``[last token] + draft`` (every row); returns what it emits per row."""
+    device = history.device
+    if draft_tokens:
+        history[:, length : length + len(draft_tokens)] = torch.tensor(draft_tokens, device=device)
+    step_input = history[:, length - 1 : length + len(draft_tokens)]
+    start = cache.length
+    logits = model.forward(step_input, cache)
+    probe.see(start, logits)
+
+    processed = _working_precision(logits).clone()
+    for j in range(step_input.shape[1]):
+        apply_processors(processors, processed[:, j], history[:, : length + j])
+
+    # ``verified`` is the verifier's token on the host (drafted passes) or per row on the device.
+    verified: int | torch.Tensor
+    if options.temperature == 0:
+        if draft_tokens:
+            n_accepted, verified = verify_greedy(draft_tokens, processed[0])
+        else:
+            n_accepted, verified = 0, processed[:, 0].argmax(dim=-1)
+    else:
+        probs = warp(processed, temperature=options.temperature, top_k=options.top_k, top_p=options.top_p)
+        if draft_tokens:
+            n_accepted, verified = verify_sampling(draft_tokens, draft_probs, probs[0], generator)
+        else:
+            n_accepted = 0
+            verified = torch.multinomial(probs[:, 0], 1, generator=generator).squeeze(1)
+    emitted, logprobs = _emitted_with_logprobs(processed, draft_tokens[:n_accepted], verified)
+    cache.truncate(start + 1 + n_accepted)
+    return n_accepted, emitted, logprobs
+
+
+def _verify_tree(
+    model: TreeModel,
+    tree: DraftTree,
+    cache: KVCache,
+    history: torch.Tensor,
+    processors: Sequence[LogitsProcessor],
+    probe: _ProbeRecorder,
+) -> tuple[int, list[list[int]], list[list[float]]]:
+    """One greedy pass over ``[last token] + tree`` (batch 1); the accepted path is compacted in the cache."""
+    device = history.device
+    start = cache.length
+    step_input = torch.cat([history[:, -1:], torch.tensor([tree.tokens], dtype=history.dtype, device=device)], dim=1)
+    logits = model.forward_tree(step_input, cache, tree.positions(start, device), tree.attention_mask(start, device))
+    processed = _working_precision(logits).clone()
+    for j, prefix in enumerate(path_prefixes(history, tree)):
+        apply_processors(processors, processed[:, j], prefix)
+    path, verified = verify_greedy_tree(tree, processed[0])
+    rows = [0] + [1 + node for node in path]
+    probe.see(start, logits[:, rows])
+    emitted, logprobs = _emitted_with_logprobs(processed[:, rows], [tree.tokens[n] for n in path], verified)
+    cache.compact(start + 1, [start + 1 + node for node in path])
+    cache.truncate(start + 1 + len(path))
+    return len(path), emitted, logprobs

@@ -87,6 +87,19 @@ class KVCache:
             raise ValueError(f"cannot truncate a cache of length {self.length} to {length}")
         self.length = length
 
+    def compact(self, destination: int, sources: list[int]) -> None:
+        """Move positions ``sources`` (increasing) to ``destination, destination + 1, ...``.
+
+        After tree verification the accepted path's nodes sit at scattered positions; this puts
+        them where the next pass expects them (then :meth:`truncate` drops the rest).
+        """
+        if not sources or sources == list(range(destination, destination + len(sources))):
+            return
+        src = torch.tensor(sources, device=self.keys[0].device)
+        for storage in (*self.keys, *self.values):
+            # Gather first: a source may be overwritten by an earlier destination otherwise.
+            storage[:, :, destination : destination + len(sources)] = storage.index_select(2, src)
+
     def reorder(self, index: torch.Tensor) -> None:
         """Select batch rows (beam search): row ``i`` becomes old row ``index[i]``."""
         index = index.to(self.keys[0].device)

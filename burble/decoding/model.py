@@ -30,3 +30,12 @@ class AutoregressiveModel(Protocol):
         float32 logits ``(B, T, V)``: row ``t`` is the distribution of the token after ``tokens[:, t]``.
         """
         ...
+
+
+class TreeModel(AutoregressiveModel, Protocol):
+    """A model that can score a draft tree in one pass (explicit positions and attention mask)."""
+
+    def forward_tree(self, tokens: torch.Tensor, cache: KVCache, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Like ``forward``, with ``tokens[:, t]`` at absolute position ``positions[t]`` and
+        ``mask`` ``(T, cache.length + T)`` (True = attend) instead of the causal mask."""
+        ...

@@ -29,10 +29,15 @@ TargetRule = Callable[[torch.Tensor, Sequence[int]], torch.Tensor]
 
 @dataclass
 class Draft:
-    """Proposed continuation: ``tokens`` and optional draft distributions ``probs`` ``(len, V)``."""
+    """Proposed continuation: ``tokens`` and optional draft distributions ``probs`` ``(len, V)``.
+
+    ``parents`` makes it a tree (:mod:`burble.decoding.tree`): ``tokens[i]`` follows node
+    ``parents[i]`` (``-1``: the last verified token); ``None`` is a chain.
+    """
 
     tokens: list[int]
     probs: Optional[torch.Tensor] = None
+    parents: Optional[list[int]] = None
 
 
 class Drafter(Protocol):

@@ -116,6 +116,35 @@ class TableModel:
         return picked.view(batch, steps, self.vocab_size)
 
 
+    def forward_tree(self, tokens: torch.Tensor, cache: KVCache, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Score a draft tree: row ``t`` reads its context from the cache positions ``mask[t]``
+        lets it attend to (in order), so a wrong mask or a stale position changes the output."""
+        if tokens.shape[0] != 1:
+            raise ValueError("tree passes are batch 1")
+        start = cache.length
+        steps = tokens.shape[1]
+        if tuple(mask.shape) != (steps, start + steps):
+            raise ValueError(f"mask must be ({steps}, {start + steps}), got {tuple(mask.shape)}")
+        as_kv = tokens.to(self.dtype)[:, None, :, None]
+        keys, _ = cache.write(0, start, as_kv, as_kv)
+        cache.length = start + steps
+        self.forward_calls += 1
+        stored = [int(x) for x in keys[0, 0, :, 0].tolist()]
+        width = max(self.order - 1, 0)
+        rows = []
+        for t in range(steps):
+            visible = [stored[j] for j in range(start + steps) if bool(mask[t, j])]
+            # Positions must agree with the number of visible tokens (a node at depth d sees d + start + 1).
+            if int(positions[t]) != len(visible) - 1:
+                raise ValueError(f"row {t}: position {int(positions[t])} but {len(visible)} visible tokens")
+            context = ([self.vocab_size] * width + visible)[-width:] if width else []
+            flat = 0
+            for token in context:
+                flat = flat * (self.vocab_size + 1) + token
+            rows.append(flat)
+        return self._flat.index_select(0, torch.tensor(rows))[None]
+
+
 class CountingModel:
     """Wraps an :class:`AutoregressiveModel` and counts forward passes and fed tokens."""
 
@@ -193,3 +222,38 @@ def sequence_distribution(
         frontier = following
     done.update(frontier)
     return done
+
+
+class HiddenTableModel(TableModel):
+    """A bigram :class:`TableModel` that also exposes hidden states, for MTP-drafter tests.
+
+    The hidden state of position ``t`` is the one-hot vector of the token there (``D = V``) and
+    the token embedding is the identity, so draft heads over it can be built by hand: a head's
+    projection row ``a`` decides what it drafts after a state of token ``a``.
+    """
+
+    def __init__(self, vocab_size: int = 8, *, seed: int = 0, scale: float = 2.0) -> None:
+        super().__init__(vocab_size, order=2, seed=seed, scale=scale, dtype=torch.float32)
+        self._last: tuple[int, Optional[torch.Tensor]] = (0, None)
+
+    def forward(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        start = cache.length
+        logits = super().forward(tokens, cache)
+        self._last = (start, torch.nn.functional.one_hot(tokens, self.vocab_size).float())
+        return logits
+
+    def forward_tree(self, tokens: torch.Tensor, cache: KVCache, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        start = cache.length
+        logits = super().forward_tree(tokens, cache, positions, mask)
+        self._last = (start, torch.nn.functional.one_hot(tokens, self.vocab_size).float())
+        return logits
+
+    def last_hidden_states(self) -> tuple[int, Optional[torch.Tensor]]:
+        return self._last
+
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.one_hot(tokens, self.vocab_size).float()
+
+    def greedy_next(self, token: int) -> int:
+        """The token greedy decoding emits after ``token``."""
+        return int(self.table[token].argmax())

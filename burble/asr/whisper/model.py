@@ -174,21 +174,44 @@ class TextDecoder(nn.Module):
         Returns:
           ``(logits (B, T, V) float32, captured weights)``.
         """
+        hidden, captured = self.hidden_states(
+            tokens, cache, num_layers=num_layers, attn_mask=attn_mask, capture=capture
+        )
+        return self.project_logits(hidden), captured
+
+    def hidden_states(
+        self,
+        tokens: torch.Tensor,
+        cache: KVCache,
+        *,
+        num_layers: Optional[int] = None,
+        attn_mask: Optional[torch.Tensor] = None,
+        capture: Optional[dict[int, list[int]]] = None,
+        positions: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Like :meth:`forward`, but return the final-norm states ``(B, T, D)`` the logits are
+        projected from (what multi-token-prediction draft heads read) instead of the logits.
+
+        Args:
+          positions: ``(T,)`` absolute positions of ``tokens`` (a draft tree's nodes share
+            depths); default ``cache.length ..``.
+        """
         start = cache.length
         length = tokens.shape[1]
         if start + length > self.positional_embedding.shape[0]:
             raise ValueError(f"text context is limited to {self.positional_embedding.shape[0]} tokens")
-        x = self.token_embedding(tokens) + self.positional_embedding[start : start + length]
+        if positions is None:
+            x = self.token_embedding(tokens) + self.positional_embedding[start : start + length]
+        else:
+            x = self.token_embedding(tokens) + self.positional_embedding[positions]
         captured: list[torch.Tensor] = []
         for layer, block in enumerate(self.blocks[: num_layers or len(self.blocks)]):
             heads = capture.get(layer) if capture else None
             x, weights = block.forward_decoder(x, cache, layer, start, attn_mask, heads)
             if weights is not None:
                 captured.append(weights)
-        x = self.ln(x)
-        logits = self.project_logits(x)
         cache.length = start + length
-        return logits, captured
+        return self.ln(x), captured
 
     def project_logits(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, T, D)`` -> float32 logits over the tied token embedding.
@@ -273,5 +296,25 @@ class WhisperTextModel:
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        logits, _ = self.model.decoder(tokens, cache, num_layers=self.num_layers)
-        return logits
+        start = cache.length
+        hidden, _ = self.model.decoder.hidden_states(tokens, cache, num_layers=self.num_layers)
+        # Kept for multi-token-prediction drafting (burble.decoding.mtp): a reference, no copy.
+        self._last_hidden = (start, hidden)
+        return self.model.decoder.project_logits(hidden)
+
+    @torch.inference_mode()
+    def forward_tree(self, tokens: torch.Tensor, cache: KVCache, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Score a draft tree in one pass (:class:`burble.decoding.model.TreeModel`)."""
+        start = cache.length
+        hidden, _ = self.model.decoder.hidden_states(
+            tokens, cache, num_layers=self.num_layers, attn_mask=mask[None, None], positions=positions
+        )
+        self._last_hidden = (start, hidden)
+        return self.model.decoder.project_logits(hidden)
+
+    def last_hidden_states(self) -> tuple[int, Optional[torch.Tensor]]:
+        """``(start, hidden (B, T, D))`` of the last :meth:`forward` (``(0, None)`` before any)."""
+        return getattr(self, "_last_hidden", (0, None))
+
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model.decoder.token_embedding(tokens)

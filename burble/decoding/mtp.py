@@ -1,0 +1,334 @@
+"""Multi-token-prediction (MTP) draft heads and the drafter that reads them.
+
+A target decoder's final hidden state at position ``t`` already decides token ``t + 1`` (through
+the output projection). Draft heads guess the tokens after it from the same state, so drafting
+``k`` tokens costs ``k`` small MLPs instead of ``k`` decoder passes. The heads here are
+*sequentially dependent* (Hydra-style, Ankner et al. 2024): head ``i`` reads the hidden state and
+the embeddings of the ``i`` tokens before its own (the verified token and the earlier heads'
+guesses), which Medusa-style independent heads cannot, and it predicts over a reduced **draft
+vocabulary** (the most frequent tokens of the training transcripts) so a drafted token pays a
+4k-row projection, not the full one. Verification always runs the full target, so decoding stays
+lossless whatever the heads guess.
+
+Heads are a property of an :class:`~burble.decoding.model.AutoregressiveModel` that exposes its
+hidden states (:class:`HiddenStateModel`); nothing here knows about Whisper. Weights live in a
+safetensors file whose metadata holds the :class:`MTPConfig`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional, Protocol, Sequence
+
+import torch
+from torch import nn
+
+from burble.decoding.speculative import Draft, TargetRule
+
+
+@dataclass(frozen=True)
+class MTPConfig:
+    """Shape of a set of draft heads.
+
+    Attributes:
+      hidden_size: the target's hidden (and token-embedding) width ``D``.
+      num_heads: tokens drafted per pass at most.
+      inner_size: width of each head's MLP.
+      draft_vocab_size: rows of the draft projection (the draft vocabulary).
+      target: name of the target model the heads were trained on (a guard when loading).
+    """
+
+    hidden_size: int
+    num_heads: int = 4
+    inner_size: int = 1024
+    draft_vocab_size: int = 4096
+    target: str = ""
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """How an MTP drafter shapes its draft trees.
+
+    Attributes:
+      top_k: next tokens considered per expanded node (dynamic trees).
+      beam: nodes expanded per depth, the most probable first (dynamic trees).
+      max_nodes: nodes in the tree at most (each costs one more position in the verification pass).
+      min_probability: nodes whose path probability is below this are dropped (dynamic trees).
+      paths: a fixed (static, Medusa-style) tree as rank paths, e.g. ``((0,), (1,), (0, 0))``;
+        ``None`` chooses nodes by the heads' probabilities (dynamic).
+    """
+
+    top_k: int = 3
+    beam: int = 3
+    max_nodes: int = 12
+    min_probability: float = 0.0
+    paths: Optional[tuple[tuple[int, ...], ...]] = None
+
+    def __post_init__(self) -> None:
+        if self.top_k < 1 or self.beam < 1 or self.max_nodes < 1:
+            raise ValueError("top_k, beam and max_nodes must be >= 1")
+
+
+class HiddenStateModel(Protocol):
+    """An autoregressive model that keeps the final hidden states of its last ``forward``."""
+
+    def last_hidden_states(self) -> tuple[int, torch.Tensor]:
+        """``(start, hidden (B, T, D))``: the states of positions ``[start, start + T)``."""
+        ...
+
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The target's input embeddings ``(..., D)`` of ``tokens`` (what the heads condition on)."""
+        ...
+
+
+class DraftHead(nn.Module):
+    """One head: ``h + W2 SiLU(W1 [h; e_1 .. e_i])``, then the shared draft projection."""
+
+    def __init__(self, hidden_size: int, inner_size: int, num_inputs: int) -> None:
+        super().__init__()
+        self.up = nn.Linear(hidden_size * (1 + num_inputs), inner_size)
+        self.down = nn.Linear(inner_size, hidden_size)
+        # Zero init: a fresh head starts as the identity on ``h`` and learns only the correction.
+        nn.init.zeros_(self.down.weight)
+        nn.init.zeros_(self.down.bias)
+
+    def forward(self, hidden: torch.Tensor, embeddings: torch.Tensor) -> torch.Tensor:
+        """``hidden (N, D)``, ``embeddings (N, i, D)`` -> the head's state ``(N, D)``."""
+        x = torch.cat([hidden, embeddings.flatten(1)], dim=-1)
+        return hidden + self.down(nn.functional.silu(self.up(x)))
+
+
+class MTPHeads(nn.Module):
+    """``num_heads`` sequentially dependent draft heads over a reduced vocabulary.
+
+    Args:
+      config: the heads' shape.
+      draft_ids: ``(draft_vocab_size,)`` target token id of each draft-vocabulary row.
+    """
+
+    def __init__(self, config: MTPConfig, draft_ids: torch.Tensor) -> None:
+        super().__init__()
+        if draft_ids.shape != (config.draft_vocab_size,):
+            raise ValueError(f"draft_ids must have shape ({config.draft_vocab_size},), got {tuple(draft_ids.shape)}")
+        self.config = config
+        self.heads = nn.ModuleList(
+            DraftHead(config.hidden_size, config.inner_size, num_inputs=i + 1) for i in range(config.num_heads)
+        )
+        self.projection = nn.Linear(config.hidden_size, config.draft_vocab_size, bias=False)
+        self.register_buffer("draft_ids", draft_ids.long().clone())
+
+    def init_projection(self, target_embedding: torch.Tensor) -> None:
+        """Start the draft projection from the target's (tied) output rows of the draft vocabulary."""
+        with torch.no_grad():
+            self.projection.weight.copy_(target_embedding[self.draft_ids].float())
+
+    def forward(self, hidden: torch.Tensor, embeddings: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits of every head (training).
+
+        Args:
+          hidden: ``(N, D)`` target states at positions ``t``.
+          embeddings: ``(N, num_heads, D)`` target embeddings of tokens ``t + 1 .. t + num_heads``.
+
+        Returns:
+          ``(num_heads, N, draft_vocab_size)``: head ``i`` scores token ``t + 2 + i``.
+        """
+        return torch.stack(
+            [self.projection(head(hidden, embeddings[:, : i + 1])) for i, head in enumerate(self.heads)]
+        )
+
+    @torch.inference_mode()
+    def draft(self, hidden: torch.Tensor, token: int, embed: "EmbedFn", k: int, stop_token: Optional[int] = None) -> list[int]:
+        """Greedy chain draft of at most ``k`` target token ids after ``token``.
+
+        Args:
+          hidden: ``(D,)`` the target state whose next token is ``token``.
+          token: the verified token that the draft continues.
+          embed: the target's token embedding.
+          k: tokens to draft (at most ``num_heads``).
+          stop_token: stop after drafting this token (end of sequence).
+        """
+        k = min(k, len(self.heads))
+        hidden = hidden.reshape(1, -1).to(self.projection.weight.dtype)
+        context = embed(torch.tensor([token], device=hidden.device)).to(hidden.dtype)[None]  # (1, 1, D)
+        drafted: list[int] = []
+        for i in range(k):
+            state = self.heads[i](hidden, context)
+            best = int(self.draft_ids[int(self.projection(state).argmax(dim=-1))])
+            drafted.append(best)
+            if best == stop_token or i == k - 1:
+                break
+            context = torch.cat([context, embed(torch.tensor([best], device=hidden.device)).to(hidden.dtype)[None]], dim=1)
+        return drafted
+
+    @torch.inference_mode()
+    def expand(self, hidden: torch.Tensor, contexts: list[list[int]], embed: "EmbedFn", top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-``top_k`` next tokens and log-probabilities after each context (one batched head call).
+
+        Args:
+          hidden: ``(D,)`` the target state the draft starts from.
+          contexts: token lists of equal length ``i + 1`` (the verified token, then a draft path);
+            head ``i`` scores what follows them.
+
+        Returns:
+          ``(tokens (n, top_k) target ids, log-probs (n, top_k))``.
+        """
+        depth = len(contexts[0]) - 1
+        n = len(contexts)
+        states = hidden.reshape(1, -1).to(self.projection.weight.dtype).expand(n, -1)
+        ids = torch.tensor(contexts, device=states.device)
+        logits = self.projection(self.heads[depth](states, embed(ids).to(states.dtype))).float()
+        logp, index = torch.log_softmax(logits, dim=-1).topk(top_k, dim=-1)
+        return self.draft_ids[index], logp
+
+    def draft_tree(
+        self, hidden: torch.Tensor, token: int, embed: "EmbedFn", depth: int, shape: "TreeShape", stop_token: Optional[int] = None
+    ) -> tuple[list[int], list[int]]:
+        """A draft tree of depth <= ``depth`` after ``token``: ``(tokens, parents)``.
+
+        Level by level, the ``shape.beam`` most probable nodes of a depth are expanded with their
+        ``shape.top_k`` best next tokens (one batched head call per depth); then the
+        ``shape.max_nodes`` most probable nodes overall (path probability, the product of the heads'
+        probabilities along it: the chance the target accepts that node if the heads are calibrated)
+        form the tree, minus any below ``shape.min_probability``. Path probabilities only shrink
+        with depth, so a kept node's ancestors are kept too.
+        """
+        depth = min(depth, len(self.heads))
+        # candidates: (log path probability, parent candidate index, token, context tokens)
+        candidates: list[tuple[float, int, int, list[int]]] = []
+        frontier: list[int] = [-1]
+        for d in range(depth):
+            contexts = [[token] if f < 0 else candidates[f][3] for f in frontier]
+            tokens, logp = self.expand(hidden, contexts, embed, shape.top_k)
+            base = [0.0 if f < 0 else candidates[f][0] for f in frontier]
+            fresh = []
+            for row, f in enumerate(frontier):
+                for t, lp in zip(tokens[row].tolist(), logp[row].tolist()):
+                    candidates.append((base[row] + lp, f, int(t), contexts[row] + [int(t)]))
+                    fresh.append(len(candidates) - 1)
+            # Nothing follows the end of the sequence: such nodes are kept but never expanded.
+            frontier = [c for c in sorted(fresh, key=lambda c: -candidates[c][0]) if candidates[c][2] != stop_token]
+            frontier = frontier[: shape.beam]
+            if not frontier:
+                break
+        floor = math.log(shape.min_probability) if shape.min_probability > 0 else -math.inf
+        ranked = sorted(range(len(candidates)), key=lambda c: (-candidates[c][0], c))
+        keep = sorted(c for c in ranked[: shape.max_nodes] if candidates[c][0] >= floor)
+        index = {c: i for i, c in enumerate(keep)}
+        kept = [c for c in keep if candidates[c][1] < 0 or candidates[c][1] in index]
+        index = {c: i for i, c in enumerate(kept)}
+        return [candidates[c][2] for c in kept], [index.get(candidates[c][1], -1) for c in kept]
+
+    def static_tree(
+        self, hidden: torch.Tensor, token: int, embed: "EmbedFn", depth: int, paths: Sequence[Sequence[int]]
+    ) -> tuple[list[int], list[int]]:
+        """A fixed-shape (Medusa-style) tree: node ``(r1, .., rd)`` is the ``rd``-th best token of
+        head ``d`` after the path ``(r1, .., r(d-1))``. Every prefix of a path must be a path too."""
+        nodes: dict[tuple[int, ...], tuple[int, list[int]]] = {(): (-1, [token])}  # path -> (node index, context)
+        tokens: list[int] = []
+        parents: list[int] = []
+        wanted = sorted({tuple(p) for p in paths if 0 < len(p) <= min(depth, len(self.heads))}, key=lambda p: (len(p), p))
+        for d in range(1, 1 + max((len(p) for p in wanted), default=0)):
+            level = [p for p in wanted if len(p) == d and p[:-1] in nodes]
+            if not level:
+                break
+            parent_paths = sorted({p[:-1] for p in level})
+            top = 1 + max(p[-1] for p in level)
+            ids, _ = self.expand(hidden, [nodes[q][1] for q in parent_paths], embed, top)
+            row_of = {q: i for i, q in enumerate(parent_paths)}
+            for p in level:
+                t = int(ids[row_of[p[:-1]], p[-1]])
+                parent_index, context = nodes[p[:-1]]
+                tokens.append(t)
+                parents.append(parent_index)
+                nodes[p] = (len(tokens) - 1, context + [t])
+        return tokens, parents
+
+    def save(self, path: str | Path) -> None:
+        from safetensors.torch import save_file
+
+        tensors = {name: t.detach().to(torch.float16).contiguous() for name, t in self.state_dict().items() if name != "draft_ids"}
+        tensors["draft_ids"] = self.draft_ids.to(torch.int32).contiguous()
+        save_file(tensors, str(path), metadata={"mtp_config": json.dumps(asdict(self.config))})
+
+    @classmethod
+    def load(cls, path: str | Path, *, dtype: torch.dtype = torch.float32) -> "MTPHeads":
+        """Heads from a file written by :meth:`save` (weights cast to ``dtype``)."""
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            if "mtp_config" not in meta:
+                raise ValueError(f"{path}: not an MTP heads file (no mtp_config metadata)")
+            config = MTPConfig(**json.loads(meta["mtp_config"]))
+            tensors = {name: f.get_tensor(name) for name in f.keys()}
+        heads = cls(config, tensors.pop("draft_ids"))
+        heads.load_state_dict({name: t.to(dtype) for name, t in tensors.items()}, strict=False)
+        heads.to(dtype)
+        heads.eval()
+        return heads
+
+
+class EmbedFn(Protocol):
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor: ...
+
+
+class MTPDrafter:
+    """Draft with a model's MTP heads from the hidden state of its last verification pass.
+
+    The generation loop calls :meth:`propose` with the sequence so far, whose last token is the
+    verifier's own token: the hidden state of the position before it (from the pass that just
+    ran) is what the heads read. After a tree pass that position is the last accepted node's row,
+    which the drafter finds by walking its own last tree along the accepted tokens. When no state
+    is at hand (the first call with a one-token prompt: no pass has run yet) it proposes nothing
+    and the loop decodes one plain step.
+
+    Args:
+      model: the target, exposing its hidden states and embeddings.
+      heads: the target's draft heads.
+      eos_token_id: nothing is drafted after this token.
+      tree: draft trees of this shape (``None``: a chain of the heads' best tokens).
+    """
+
+    def __init__(
+        self, model: HiddenStateModel, heads: MTPHeads, *, eos_token_id: Optional[int] = None, tree: Optional[TreeShape] = None
+    ) -> None:
+        self.model = model
+        self.heads = heads
+        self.eos_token_id = eos_token_id
+        self.tree = tree
+        self._last_tree: Optional[tuple[int, list[int], list[int]]] = None  # (sequence length, tokens, parents)
+
+    def _hidden_row(self, tokens: Sequence[int], start: int) -> int:
+        last = self._last_tree
+        if last is not None and last[0] - 1 == start:  # the pass that just ran verified our tree
+            _, tree_tokens, parents = last
+            node = -1
+            for token in tokens[last[0] : len(tokens) - 1]:  # the accepted nodes' tokens
+                node = next((i for i, p in enumerate(parents) if p == node and tree_tokens[i] == token), -2)
+                if node == -2:
+                    return -1
+            return node + 1
+        return len(tokens) - 2 - start
+
+    def propose(self, tokens: Sequence[int], k: int, rule: TargetRule) -> Draft:
+        if k <= 0 or len(tokens) < 2:
+            return Draft([])
+        start, hidden = self.model.last_hidden_states()
+        if hidden is None:
+            return Draft([])
+        row = self._hidden_row(tokens, start)
+        self._last_tree = None
+        if not 0 <= row < hidden.shape[1]:
+            return Draft([])
+        state, token = hidden[0, row], int(tokens[-1])
+        if self.tree is None:
+            return Draft(self.heads.draft(state, token, self.model.embed_tokens, k, self.eos_token_id))
+        if self.tree.paths is not None:
+            draft_tokens, parents = self.heads.static_tree(state, token, self.model.embed_tokens, k, self.tree.paths)
+        else:
+            draft_tokens, parents = self.heads.draft_tree(state, token, self.model.embed_tokens, k, self.tree, self.eos_token_id)
+        self._last_tree = (len(tokens), draft_tokens, parents)
+        return Draft(draft_tokens, parents=parents)

@@ -1,0 +1,156 @@
+"""MTP draft heads: the drafter reads the right hidden state, decoding stays lossless, files round-trip."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from burble.decoding.generate import generate
+from burble.decoding.mtp import MTPConfig, MTPDrafter, MTPHeads, TreeShape
+from burble.decoding.options import DecodingOptions
+from burble.testing.toy_models import HiddenTableModel
+
+V = 8
+
+
+def oracle_heads(model: HiddenTableModel, num_heads: int = 3, steps: int = 2) -> MTPHeads:
+    """Heads whose first head drafts greedy's token ``steps`` positions after the hidden state's
+    (2 is right: the state of token ``t`` already decides ``t + 1``, the verified token).
+
+    The heads' MLPs start as the identity (zero ``down`` layer), so every head's state is the
+    one-hot hidden state of token ``a`` and the projection row set here decides the draft.
+    """
+    heads = MTPHeads(MTPConfig(hidden_size=V, num_heads=num_heads, inner_size=4, draft_vocab_size=V), torch.arange(V))
+    with torch.no_grad():
+        heads.projection.weight.zero_()
+        for a in range(V):
+            b = a
+            for _ in range(steps):
+                b = model.greedy_next(b)
+            heads.projection.weight[b, a] = 1.0
+    return heads
+
+
+def random_heads(seed: int, num_heads: int = 4) -> MTPHeads:
+    torch.manual_seed(seed)
+    heads = MTPHeads(MTPConfig(hidden_size=V, num_heads=num_heads, inner_size=16, draft_vocab_size=6), torch.randperm(V)[:6])
+    with torch.no_grad():
+        for p in heads.parameters():
+            p.normal_()
+    return heads
+
+
+OPTIONS = DecodingOptions(max_new_tokens=40, draft_length=1)
+
+
+def test_oracle_heads_are_always_accepted():
+    model = HiddenTableModel(V, seed=2)  # greedy cycles through 4 tokens
+    prompt = torch.tensor([[1, 2]])
+    plain = generate(model, prompt, OPTIONS)
+    result = generate(model, prompt, OPTIONS, drafter=MTPDrafter(model, oracle_heads(model)))
+    assert result.tokens == plain.tokens
+    assert result.stats.drafted > 0 and result.stats.accepted == result.stats.drafted
+    # Two tokens per pass: about half the passes of plain decoding.
+    assert result.stats.target_passes <= plain.stats.target_passes // 2 + 2
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_heads_off_by_one_position_are_rejected(steps: int):
+    """Negative control: the same oracle shifted by one position (a drafter or a training target
+    misaligned by one) is rejected, so the test above can fail."""
+    model = HiddenTableModel(V, seed=2)  # greedy cycles through 4 tokens
+    prompt = torch.tensor([[1, 2]])
+    result = generate(model, prompt, OPTIONS, drafter=MTPDrafter(model, oracle_heads(model, steps=steps)))
+    assert result.stats.drafted > 0
+    assert result.stats.accepted < result.stats.drafted / 2
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("draft_length", [1, 3, 6])
+def test_any_heads_give_the_plain_greedy_tokens(seed: int, draft_length: int):
+    model = HiddenTableModel(V, seed=seed)
+    options = DecodingOptions(max_new_tokens=30, draft_length=draft_length)
+    prompt = torch.tensor([[seed % V]])  # a one-token prompt: the first pass has no hidden state to draft from
+    plain = generate(model, prompt, options)
+    result = generate(model, prompt, options, drafter=MTPDrafter(model, random_heads(seed)))
+    assert result.tokens == plain.tokens
+    assert result.stats.drafted > 0
+
+
+def test_chain_draft_stops_after_the_end_token():
+    model = HiddenTableModel(V, seed=0)
+    heads = oracle_heads(model, num_heads=4)
+    with torch.no_grad():
+        heads.projection.weight.zero_()
+        heads.projection.weight[5, :] = 1.0  # every head drafts token 5
+    hidden = torch.nn.functional.one_hot(torch.tensor(2), V).float()
+    assert heads.draft(hidden, 1, model.embed_tokens, 4) == [5, 5, 5, 5]
+    assert heads.draft(hidden, 1, model.embed_tokens, 4, stop_token=5) == [5]
+    assert heads.draft(hidden, 1, model.embed_tokens, 9) == [5, 5, 5, 5]  # at most num_heads
+
+
+def test_heads_round_trip_through_safetensors(tmp_path):
+    heads = random_heads(0)
+    path = tmp_path / "heads.safetensors"
+    heads.save(path)
+    loaded = MTPHeads.load(path)
+    assert loaded.config == heads.config
+    assert torch.equal(loaded.draft_ids, heads.draft_ids)
+    hidden, emb = torch.randn(5, V), torch.randn(5, 4, V)
+    # Stored in fp16: the reloaded heads agree to fp16 rounding.
+    torch.testing.assert_close(loaded(hidden, emb), heads(hidden, emb), atol=0.05, rtol=0.01)
+
+
+def test_a_file_without_heads_metadata_is_refused(tmp_path):
+    from safetensors.torch import save_file
+
+    path = tmp_path / "other.safetensors"
+    save_file({"x": torch.zeros(2)}, str(path))
+    with pytest.raises(ValueError, match="not an MTP heads file"):
+        MTPHeads.load(path)
+
+
+TREES = [
+    TreeShape(top_k=2, beam=2, max_nodes=6),
+    TreeShape(top_k=3, beam=1, max_nodes=4, min_probability=0.05),
+    TreeShape(paths=((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0))),
+]
+
+
+@pytest.mark.parametrize("shape", TREES, ids=["dynamic", "dynamic-thin", "static"])
+@pytest.mark.parametrize("seed", range(3))
+def test_tree_drafts_give_the_plain_greedy_tokens(shape: TreeShape, seed: int):
+    model = HiddenTableModel(V, seed=seed)
+    options = DecodingOptions(max_new_tokens=30, draft_length=3)
+    prompt = torch.tensor([[seed % V, 1]])
+    plain = generate(model, prompt, options)
+    drafter = MTPDrafter(model, random_heads(seed), tree=shape)
+    result = generate(model, prompt, options, drafter=drafter)
+    assert result.tokens == plain.tokens
+    assert result.stats.drafted > 0
+
+
+def test_oracle_tree_finds_the_accepted_node_row():
+    """After a tree pass the drafter reads the last accepted node's state (not the chain row):
+    with oracle heads every pass accepts its first-level node."""
+    model = HiddenTableModel(V, seed=2)
+    prompt = torch.tensor([[1, 2]])
+    options = DecodingOptions(max_new_tokens=40, draft_length=1)
+    # top_k 3 at depth 1: the oracle token plus two decoys, in probability order.
+    drafter = MTPDrafter(model, oracle_heads(model), tree=TreeShape(top_k=3, beam=1, max_nodes=3))
+    plain = generate(model, prompt, options)
+    result = generate(model, prompt, options, drafter=drafter)
+    assert result.tokens == plain.tokens
+    assert result.stats.drafted > 0 and result.stats.accepted == result.stats.drafted
+
+
+def test_dynamic_tree_keeps_the_most_probable_nodes():
+    heads = random_heads(1, num_heads=3)
+    model = HiddenTableModel(V, seed=1)
+    hidden = torch.randn(V)
+    tokens, parents = heads.draft_tree(hidden, 2, model.embed_tokens, 3, TreeShape(top_k=2, beam=2, max_nodes=5))
+    assert len(tokens) == 5
+    assert all(-1 <= p < i for i, p in enumerate(parents))
+    assert parents[0] == -1
+    thin, thin_parents = heads.draft_tree(hidden, 2, model.embed_tokens, 3, TreeShape(top_k=1, beam=1, max_nodes=8))
+    assert thin_parents == [-1, 0, 1] and thin == heads.draft(hidden, 2, model.embed_tokens, 3)
