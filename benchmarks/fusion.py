@@ -27,7 +27,9 @@ the system's decode time, which does not depend on the load.
 Systems (``--systems``): ``plain``; ``boost-canonical`` (boosting as before issue 19: canonical
 encodings of the surface forms only, no reserved beam slot, a repetition only earns nothing);
 ``boost-splits`` (+ alternative BPE splits and the repeat rules, no reserved slot); ``boost`` (the
-defaults: + the reserved beam slot); ``lm``, ``both`` (an LJ Speech 3-gram, needs kenlm);
+defaults: + the reserved beam slot); ``boost+phonetic`` (``boost``'s hypotheses corrected by
+:class:`~burble.asr.fusion.phonetic.PhoneticMatcher`, espeak-ng; its time is ``boost``'s plus the
+matching); ``lm``, ``both`` (an LJ Speech 3-gram, needs kenlm);
 ``fw``, ``fw-hotwords`` (faster-whisper, its prompt-based ``hotwords``).
 
 Usage::
@@ -60,6 +62,7 @@ LABELS = {
     "boost-canonical": "+boosting, canonical tokenizations (before)",
     "boost-splits": "+boosting, all tokenizations",
     "boost": "+boosting, all tokenizations + reserved beam slot",
+    "boost+phonetic": "+boosting (as above) + phonetic post-matching",
     "lm": "+LM",
     "both": "+LM +boosting",
     "fw": "faster-whisper beam 5",
@@ -171,8 +174,9 @@ def set_table(name: str, keyworded: list[Utterance], controls: list[Utterance], 
         false = sum(inserted_hotwords(u.reference, h, hotwords) > 0 for u, h in zip(controls, control))
         extra = sum(inserted_hotwords(u.reference, h, hotwords) for u, h in zip(keyworded, named))
         boosted = key.startswith("boost") or key in ("lm", "both")
+        in_processors = run.processor_seconds
         ratio = f"{run.seconds / plain_seconds:.2f}x" if plain_seconds and boosted else "-"
-        share = f"{100 * run.processor_seconds / run.seconds:.1f}%" if boosted and run.seconds else "-"
+        share = f"{100 * in_processors / run.seconds:.1f}%" if boosted and run.seconds else "-"
         rows.append(
             f"| {name} | {LABELS[key]} | {fmt(report.recall)} ({report.total.hits}/{report.total.reference}) "
             f"| {fmt(report.precision)} | {fmt(keyword_wer)} | {fmt(control_wer)} "
@@ -185,7 +189,9 @@ def set_table(name: str, keyworded: list[Utterance], controls: list[Utterance], 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", default="tune,independent", help=f"comma-separated, from {sorted(SETS)}")
-    parser.add_argument("--systems", default="plain,boost-canonical,boost-splits,boost", help="comma-separated subset")
+    parser.add_argument("--systems", default="plain,boost-canonical,boost-splits,boost,boost+phonetic",
+                        help="comma-separated subset")
+    parser.add_argument("--phonetic-threshold", type=float, default=None, help="PhoneticOptions.threshold")
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--quick", action="store_true", help="a small subset per set (smoke run; print only)")
     parser.add_argument("--limit", type=int, default=None, help="at most this many keyword and control sentences per set")
@@ -274,7 +280,19 @@ def main(argv: Optional[list[str]] = None) -> int:
             keyworded, controls = keyworded[:6], controls[:3]
         utterances = [Utterance(i.id, i.text, piper_speech(i.text), i.keywords) for i in keyworded + controls]
         systems: dict[str, Callable[[Utterance], tuple[str, float, float]]] = {}
+        matcher = None
+        if "boost+phonetic" in chosen:
+            if "boost" not in chosen:
+                parser.error("boost+phonetic corrects boost's hypotheses: choose boost too")
+            from burble.asr.fusion.phonetic import PhoneticMatcher, PhoneticOptions, single_token_words
+
+            phonetic = PhoneticOptions()
+            if args.phonetic_threshold is not None:
+                phonetic = replace(phonetic, threshold=args.phonetic_threshold)
+            matcher = PhoneticMatcher(hotwords, phonetic, common=single_token_words(asr.tokenizer))
         for key in chosen:
+            if key == "boost+phonetic":
+                continue  # computed from boost's output below
             if key == "plain":
                 systems[key] = burble_system(asr, None)
             elif key in variants:
@@ -286,9 +304,17 @@ def main(argv: Optional[list[str]] = None) -> int:
             else:
                 systems[key] = faster_whisper_system(fw, " ".join(hotwords) if key == "fw-hotwords" else None)
         runs = {key: Run() for key in chosen}
+        runs_last: dict[str, tuple[float, float]] = {}
         for n, utterance in enumerate(utterances):
             for key in chosen:  # every system on this utterance before the next: equal load
-                text, seconds, in_processors = systems[key](utterance)
+                if key == "boost+phonetic":
+                    started = time.perf_counter()
+                    text = matcher.correct(runs["boost"].hypotheses[-1])  # type: ignore[union-attr]
+                    matching = time.perf_counter() - started
+                    seconds, in_processors = runs_last["boost"][0] + matching, runs_last["boost"][1] + matching
+                else:
+                    text, seconds, in_processors = systems[key](utterance)
+                    runs_last[key] = (seconds, in_processors)
                 run = runs[key]
                 run.hypotheses.append(text)
                 run.seconds += seconds
@@ -311,7 +337,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         f"tiny.en, beam 5, temperature 0; Piper speech; sets: {', '.join(described)}; each set's boosting list is "
         f"all its keywords, {weight} per token; 'boost': max_splits={options.tokenizations.max_splits}, "
         f"extra_tokens={options.tokenizations.extra_tokens}, lane_margin={options.lane_margin}, "
-        f"revoke_repeats={options.revoke_repeats}, once_per_window={options.once_per_window}; load average {load_end} at the end"
+        f"revoke_repeats={options.revoke_repeats}, once_per_window={options.once_per_window}; phonetic threshold "
+        f"{args.phonetic_threshold if args.phonetic_threshold is not None else 'default'}; load average {load_end} at the end"
     )
     write = not (args.no_write or args.quick or args.limit)
     append_section("Phrase boosting on an independent set (issue 19)", settings + "\n\n" + "\n".join(lines),

