@@ -10,6 +10,9 @@ re-running the screen.
     python benchmarks/build_biasing_set.py [--names 40] [--controls 15]
     # a disjoint tuning set (weights are chosen on it, never on the evaluation set):
     python benchmarks/build_biasing_set.py --skip N --names 12 --skip-controls 15 --controls 8 --output benchmarks/data/biasing_tune.json
+
+Both sets come from the same corpus and screen, so a weight tuned on one fits the other; the
+independent set (``benchmarks/build_independent_set.py``) is written apart from both.
 """
 
 from __future__ import annotations
