@@ -4,7 +4,10 @@ Prints WER, RTF and the time ratio per model and per subset (short clips, the 80
 recordings), then a profile of where burble's time goes, and appends the table to BENCHMARKS.md.
 
     python benchmarks/offline.py [--models tiny.en base] [--beam-size 1] [--threads 2] [--no-write]
-        [--baseline-ref REF] [--limit N]
+        [--baseline-ref REF] [--limit N] [--speculative auto]
+
+``--speculative X`` decodes burble's greedy windows with that drafter (``burble transcribe
+--speculative X``; lossless, so the text is the same) and adds a ``burble fp32 speculative X`` row.
 
 ``--baseline-ref REF`` adds a ``burble fp32 before (REF)`` row per subset, measured in a subprocess
 against a temporary worktree of REF, beside ``burble fp32 after (working tree)``: one run gives a
@@ -34,8 +37,8 @@ WARM_UP_ID = "jfk_inaugural_ask_not"
 WARM_UP_KEY = "__warm_up__"  # the warm-up clip among a worker's arrays (not timed)
 
 
-def run_burble(asr, audio, beam_size):
-    return asr.transcribe(audio, beam_size=beam_size, condition_on_previous_text=False).text
+def run_burble(asr, audio, beam_size, speculative="off"):
+    return asr.transcribe(audio, beam_size=beam_size, condition_on_previous_text=False, speculative=speculative).text
 
 
 def run_peer(model, audio, beam_size):
@@ -84,6 +87,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=1, help="time each file this many times (min is kept)")
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--limit", type=int, help="only the first N files (a quick check of the script)")
+    parser.add_argument("--speculative", default="off", help="also time burble with this drafter (off, ngram, self, mtp, auto)")
     add_baseline_options(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -123,6 +127,8 @@ def main(argv=None) -> int:
         }
         if not workers:
             systems = {"burble fp32": lambda a, asr=asr: run_burble(asr, a, args.beam_size), **systems}
+            if args.speculative != "off":
+                systems = {f"burble fp32 speculative {args.speculative}": lambda a, asr=asr: run_burble(asr, a, args.beam_size, args.speculative), **systems}
         for system in systems.values():  # warm-up (first-call compilation, allocator pools)
             system(warm_up)
         labels = list(workers) + list(systems)

@@ -8,7 +8,8 @@ decoded to exactly the plain greedy tokens.
 Two scenarios on ``../shared/dev-audio`` (every recording, the long one included):
 
 * ``transcribe``: ``WhisperASR.transcribe(audio, beam_size=1, temperatures=(0,), speculative=X)``
-  for X in off / ngram / self / auto (what ``burble transcribe --speculative X`` runs);
+  for X in off / ngram / self / mtp (chain, static and dynamic trees) / auto (what
+  ``burble transcribe --speculative X [--draft-tree T]`` runs);
   end-to-end time includes the log-mel frontend and the encoder.
 * ``re-decode``: the streaming case. Each recording of at most 30 s is decoded once from its first
   70 % (the last partial hypothesis), then the whole window is re-decoded plain and with that
@@ -40,7 +41,16 @@ sys.path.insert(0, str(ROOT))
 
 from burble.decoding.stats import SpeculativeStats  # noqa: E402 (torch-free; after the path fix)
 
-TRANSCRIBE_SYSTEMS = ("off", "ngram", "self", "auto")
+# name -> TranscribeOptions overrides (``mtp`` rows need the model's shipped draft heads).
+TRANSCRIBE_SYSTEMS: dict[str, dict] = {
+    "off": {"speculative": "off"},
+    "ngram": {"speculative": "ngram"},
+    "self": {"speculative": "self"},
+    "mtp chain": {"speculative": "mtp", "draft_tree": "chain"},
+    "mtp static tree": {"speculative": "mtp", "draft_tree": "static"},
+    "mtp dynamic tree": {"speculative": "mtp", "draft_tree": "dynamic"},
+    "auto": {"speculative": "auto"},
+}
 
 
 @dataclass
@@ -109,14 +119,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     for model_name in [m.strip() for m in args.models.split(",") if m.strip()]:
         asr = burble.load_model(model_name)
         asr.transcribe(audio[items[0].id], greedy)  # warm-up
-        tallies = {name: Tally() for name in TRANSCRIBE_SYSTEMS}
-        redecode = {"off": Tally(), "previous": Tally()}
+        systems = {n: o for n, o in TRANSCRIBE_SYSTEMS.items() if o["speculative"] != "mtp" or asr.whisper.draft_heads is not None}
+        tallies = {name: Tally() for name in systems}
+        redecode = {"off": Tally(), "previous": Tally(), "previous + mtp": Tally()}
         for item in items:
             clip = audio[item.id]
             reference = None
-            for name in TRANSCRIBE_SYSTEMS:
+            for name, overrides in systems.items():
                 started = time.perf_counter()
-                result = asr.transcribe(clip, replace(greedy, speculative=name))
+                result = asr.transcribe(clip, replace(greedy, **overrides))
                 elapsed = time.perf_counter() - started
                 tokens = [s.tokens for s in result.segments]
                 reference = tokens if reference is None else reference
@@ -135,11 +146,16 @@ def main(argv: Optional[list[str]] = None) -> int:
                 spec = asr.decode_window(
                     features, prompt, greedy, stats=spec_stats, drafter=PreviousHypothesisDrafter(previous)
                 ).tokens
+                both_stats = SpeculativeStats()
+                both = asr.decode_window(  # auto with a hypothesis: it first, the heads past it
+                    features, prompt, replace(greedy, speculative="auto"), stats=both_stats, previous_hypothesis=previous
+                ).tokens
             redecode["off"].add(plain_stats, 0.0, True)
             redecode["previous"].add(spec_stats, 0.0, spec == plain)
-        for name in TRANSCRIBE_SYSTEMS:
+            redecode["previous + mtp"].add(both_stats, 0.0, both == plain)
+        for name in systems:
             lines.append(row(model_name, "transcribe", name, tallies[name], tallies["off"], True))
-        for name in ("off", "previous"):
+        for name in redecode if asr.whisper.draft_heads is not None else ("off", "previous"):
             lines.append(row(model_name, "re-decode", name, redecode[name], redecode["off"], False))
     table = "\n".join(lines)
     settings = (

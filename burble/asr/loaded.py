@@ -7,12 +7,27 @@ receives. It is read-only after loading, so one instance serves many concurrent 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
 
 import torch
 
 from burble.asr.tokenizer import WhisperTokenizer
 from burble.asr.whisper.loading import Checkpoint
 from burble.asr.whisper.model import Whisper
+from burble.decoding.mtp import MTPHeads
+
+# Trained multi-token-prediction draft heads shipped with burble (recipes/mtp_heads reproduces them).
+HEADS_DIR = Path(__file__).resolve().parent / "whisper" / "heads"
+
+
+def shipped_draft_heads(name: str, dtype: torch.dtype = torch.float32) -> Optional[MTPHeads]:
+    """The draft heads trained for checkpoint ``name``, or ``None`` when burble ships none."""
+    path = HEADS_DIR / f"{name}.mtp.safetensors"
+    if not path.is_file():
+        return None
+    heads = MTPHeads.load(path, dtype=dtype)
+    return heads if heads.config.target in ("", name) else None
 
 
 @dataclass(frozen=True)
@@ -25,6 +40,7 @@ class LoadedWhisper:
       tokenizer: the shared tokenizer (it holds no per-call state).
       suppress_ids: the checkpoint's non-speech token list (``None``: the tokenizer's default set).
       suppress_ids_begin: tokens forbidden as the first token of a window (blank, end-of-text).
+      draft_heads: trained MTP draft heads for ``--speculative mtp`` (``None``: none for this model).
     """
 
     name: str
@@ -32,6 +48,7 @@ class LoadedWhisper:
     tokenizer: WhisperTokenizer
     suppress_ids: tuple[int, ...] | None
     suppress_ids_begin: tuple[int, ...]
+    draft_heads: Optional[MTPHeads] = None
 
     @classmethod
     def from_checkpoint(cls, checkpoint: Checkpoint, device: str | torch.device = "cpu") -> "LoadedWhisper":
@@ -46,6 +63,7 @@ class LoadedWhisper:
             tokenizer=tokenizer,
             suppress_ids=tuple(checkpoint.suppress_ids) if checkpoint.suppress_ids else None,
             suppress_ids_begin=tuple(begin),
+            draft_heads=_heads_on(shipped_draft_heads(checkpoint.name), model),
         )
 
     @property
@@ -58,3 +76,10 @@ class LoadedWhisper:
         if mel.dim() == 2:
             mel = mel.unsqueeze(0)
         return self.model.embed_audio(mel.to(self.device))
+
+
+def _heads_on(heads: Optional[MTPHeads], model: Whisper) -> Optional[MTPHeads]:
+    """The heads on the model's device and dtype, if their width matches the model's."""
+    if heads is None or heads.config.hidden_size != model.dims.n_text_state:
+        return None
+    return heads.to(device=model.device, dtype=model.dtype)

@@ -31,12 +31,14 @@ class TranscribeOptions:
       without_timestamps: decode text only (one segment per window).
       max_initial_timestamp: the first timestamp of a window is at most this many seconds.
       word_timestamps: align words with cross-attention (DTW) and return them per segment.
-      speculative: ``off``, ``ngram`` (prompt lookup), ``self`` (early-exit self-draft) or ``auto``:
-        what measured fastest, i.e. the previous hypothesis as the draft when re-decoding audio
-        (streaming) and plain decoding offline, where every drafter measured slower
-        (:mod:`burble.asr.speculation`).
-      draft_length: tokens per speculative draft.
+      speculative: ``off``, ``ngram`` (prompt lookup), ``self`` (early-exit self-draft), ``mtp``
+        (the model's trained draft heads) or ``auto``: what measured fastest, i.e. the previous
+        hypothesis as the draft when re-decoding audio (streaming), the draft heads offline where
+        the model has them (:mod:`burble.asr.speculation`).
+      draft_length: tokens per speculative draft (the depth of a draft tree).
       draft_layers: decoder layers the early-exit self-draft uses.
+      draft_tree: shape of ``mtp`` drafts: ``chain`` (the heads' best tokens), ``static`` (a fixed
+        Medusa-style tree) or ``dynamic`` (the most probable nodes under the heads).
       max_new_tokens: per window (default: half of the text context, like CTranslate2).
     """
 
@@ -63,6 +65,7 @@ class TranscribeOptions:
     speculative: str = "off"
     draft_length: int = 4
     draft_layers: int = 1
+    draft_tree: str = "chain"
     max_new_tokens: Optional[int] = None
 
     def __post_init__(self) -> None:
@@ -70,7 +73,9 @@ class TranscribeOptions:
             raise ValueError("beam_size and best_of must be >= 1")
         if not self.temperatures:
             raise ValueError("give at least one temperature")
-        if self.speculative not in ("off", "ngram", "self", "auto"):
-            raise ValueError(f"speculative must be off, ngram, self or auto, not {self.speculative!r}")
+        if self.speculative not in ("off", "ngram", "self", "mtp", "auto"):
+            raise ValueError(f"speculative must be off, ngram, self, mtp or auto, not {self.speculative!r}")
+        if self.draft_tree not in ("chain", "static", "dynamic"):
+            raise ValueError(f"draft_tree must be chain, static or dynamic, not {self.draft_tree!r}")
         if self.task not in ("transcribe", "translate"):
             raise ValueError("task must be 'transcribe' or 'translate'")

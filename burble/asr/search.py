@@ -97,7 +97,8 @@ def decode_window(
         else:
             if drafter is None and temperature == 0:
                 drafter = window_drafter(
-                    options, text_model, prompt, eos_token_id=whisper.tokenizer.eot, previous_hypothesis=previous_hypothesis
+                    options, text_model, prompt, eos_token_id=whisper.tokenizer.eot,
+                    previous_hypothesis=previous_hypothesis, draft_heads=whisper.draft_heads,
                 )
             result = generate(text_model, prompt_tensor, decoding, processors=chain, drafter=drafter, probe_index=probe)
     if stats is not None:

@@ -39,6 +39,9 @@ class MTPConfig:
       inner_size: width of each head's MLP.
       draft_vocab_size: rows of the draft projection (the draft vocabulary).
       target: name of the target model the heads were trained on (a guard when loading).
+      memory_heads: > 0 gives each head a cross-attention with this many heads over the target's
+        memory (for Whisper: the last decoder layer's audio keys/values, computed anyway), so a
+        head can read the next words from the audio instead of guessing them from the text.
     """
 
     hidden_size: int
@@ -46,6 +49,7 @@ class MTPConfig:
     inner_size: int = 1024
     draft_vocab_size: int = 4096
     target: str = ""
+    memory_heads: int = 0
 
 
 @dataclass(frozen=True)
@@ -83,22 +87,59 @@ class HiddenStateModel(Protocol):
         """The target's input embeddings ``(..., D)`` of ``tokens`` (what the heads condition on)."""
         ...
 
+    def draft_memory(self) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+        """Keys and values ``(1, H, S, D / H)`` that memory-attending heads read (``None``: none)."""
+        ...
+
+
+# Keys/values of a head's memory, and how many consecutive rows of a training batch read each
+# memory (``None``: every row reads the one memory, as when drafting).
+Memory = tuple[torch.Tensor, torch.Tensor]
+
 
 class DraftHead(nn.Module):
-    """One head: ``h + W2 SiLU(W1 [h; e_1 .. e_i])``, then the shared draft projection."""
+    """One head: ``h + W2 SiLU(W1 x) [+ Wo Attn(Wq x, memory)]`` with ``x = [h; e_1 .. e_i]``,
+    then the shared draft projection."""
 
-    def __init__(self, hidden_size: int, inner_size: int, num_inputs: int) -> None:
+    def __init__(self, hidden_size: int, inner_size: int, num_inputs: int, memory_heads: int = 0) -> None:
         super().__init__()
-        self.up = nn.Linear(hidden_size * (1 + num_inputs), inner_size)
+        width = hidden_size * (1 + num_inputs)
+        self.up = nn.Linear(width, inner_size)
         self.down = nn.Linear(inner_size, hidden_size)
         # Zero init: a fresh head starts as the identity on ``h`` and learns only the correction.
         nn.init.zeros_(self.down.weight)
         nn.init.zeros_(self.down.bias)
+        self.memory_heads = memory_heads
+        if memory_heads:
+            self.query = nn.Linear(width, hidden_size)
+            self.out = nn.Linear(hidden_size, hidden_size)
+            nn.init.zeros_(self.out.weight)
+            nn.init.zeros_(self.out.bias)
 
-    def forward(self, hidden: torch.Tensor, embeddings: torch.Tensor) -> torch.Tensor:
-        """``hidden (N, D)``, ``embeddings (N, i, D)`` -> the head's state ``(N, D)``."""
+    def forward(
+        self, hidden: torch.Tensor, embeddings: torch.Tensor, memory: Optional[Memory] = None, segments: Optional[list[int]] = None
+    ) -> torch.Tensor:
+        """``hidden (N, D)``, ``embeddings (N, i, D)`` -> the head's state ``(N, D)``.
+
+        Args:
+          memory: keys/values ``(M, H, S, d)``; row group ``g`` (``segments[g]`` consecutive rows)
+            reads memory ``g``. Without ``segments`` all rows read memory 0.
+        """
         x = torch.cat([hidden, embeddings.flatten(1)], dim=-1)
-        return hidden + self.down(nn.functional.silu(self.up(x)))
+        state = hidden + self.down(nn.functional.silu(self.up(x)))
+        if not self.memory_heads or memory is None:
+            return state
+        keys, values = memory
+        n, dim = hidden.shape
+        q = self.query(x).view(n, self.memory_heads, dim // self.memory_heads).transpose(0, 1)  # (H, N, d)
+        groups = [n] if segments is None else segments
+        outputs, row = [], 0
+        for g, size in enumerate(groups):
+            k, v = keys[g].to(q.dtype), values[g].to(q.dtype)
+            outputs.append(nn.functional.scaled_dot_product_attention(q[None, :, row : row + size], k[None], v[None])[0])
+            row += size
+        attended = torch.cat(outputs, dim=1).transpose(0, 1).reshape(n, dim)
+        return state + self.out(attended)
 
 
 class MTPHeads(nn.Module):
@@ -115,7 +156,8 @@ class MTPHeads(nn.Module):
             raise ValueError(f"draft_ids must have shape ({config.draft_vocab_size},), got {tuple(draft_ids.shape)}")
         self.config = config
         self.heads = nn.ModuleList(
-            DraftHead(config.hidden_size, config.inner_size, num_inputs=i + 1) for i in range(config.num_heads)
+            DraftHead(config.hidden_size, config.inner_size, num_inputs=i + 1, memory_heads=config.memory_heads)
+            for i in range(config.num_heads)
         )
         self.projection = nn.Linear(config.hidden_size, config.draft_vocab_size, bias=False)
         self.register_buffer("draft_ids", draft_ids.long().clone())
@@ -125,22 +167,28 @@ class MTPHeads(nn.Module):
         with torch.no_grad():
             self.projection.weight.copy_(target_embedding[self.draft_ids].float())
 
-    def forward(self, hidden: torch.Tensor, embeddings: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, hidden: torch.Tensor, embeddings: torch.Tensor, memory: Optional[Memory] = None, segments: Optional[list[int]] = None
+    ) -> torch.Tensor:
         """Teacher-forced logits of every head (training).
 
         Args:
           hidden: ``(N, D)`` target states at positions ``t``.
           embeddings: ``(N, num_heads, D)`` target embeddings of tokens ``t + 1 .. t + num_heads``.
+          memory, segments: see :meth:`DraftHead.forward`.
 
         Returns:
           ``(num_heads, N, draft_vocab_size)``: head ``i`` scores token ``t + 2 + i``.
         """
         return torch.stack(
-            [self.projection(head(hidden, embeddings[:, : i + 1])) for i, head in enumerate(self.heads)]
+            [self.projection(head(hidden, embeddings[:, : i + 1], memory, segments)) for i, head in enumerate(self.heads)]
         )
 
     @torch.inference_mode()
-    def draft(self, hidden: torch.Tensor, token: int, embed: "EmbedFn", k: int, stop_token: Optional[int] = None) -> list[int]:
+    def draft(
+        self, hidden: torch.Tensor, token: int, embed: "EmbedFn", k: int, stop_token: Optional[int] = None,
+        memory: Optional[Memory] = None,
+    ) -> list[int]:
         """Greedy chain draft of at most ``k`` target token ids after ``token``.
 
         Args:
@@ -155,7 +203,7 @@ class MTPHeads(nn.Module):
         context = embed(torch.tensor([token], device=hidden.device)).to(hidden.dtype)[None]  # (1, 1, D)
         drafted: list[int] = []
         for i in range(k):
-            state = self.heads[i](hidden, context)
+            state = self.heads[i](hidden, context, memory)
             best = int(self.draft_ids[int(self.projection(state).argmax(dim=-1))])
             drafted.append(best)
             if best == stop_token or i == k - 1:
@@ -164,7 +212,9 @@ class MTPHeads(nn.Module):
         return drafted
 
     @torch.inference_mode()
-    def expand(self, hidden: torch.Tensor, contexts: list[list[int]], embed: "EmbedFn", top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def expand(
+        self, hidden: torch.Tensor, contexts: list[list[int]], embed: "EmbedFn", top_k: int, memory: Optional[Memory] = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-``top_k`` next tokens and log-probabilities after each context (one batched head call).
 
         Args:
@@ -179,12 +229,13 @@ class MTPHeads(nn.Module):
         n = len(contexts)
         states = hidden.reshape(1, -1).to(self.projection.weight.dtype).expand(n, -1)
         ids = torch.tensor(contexts, device=states.device)
-        logits = self.projection(self.heads[depth](states, embed(ids).to(states.dtype))).float()
+        logits = self.projection(self.heads[depth](states, embed(ids).to(states.dtype), memory)).float()
         logp, index = torch.log_softmax(logits, dim=-1).topk(top_k, dim=-1)
         return self.draft_ids[index], logp
 
     def draft_tree(
-        self, hidden: torch.Tensor, token: int, embed: "EmbedFn", depth: int, shape: "TreeShape", stop_token: Optional[int] = None
+        self, hidden: torch.Tensor, token: int, embed: "EmbedFn", depth: int, shape: "TreeShape", stop_token: Optional[int] = None,
+        memory: Optional[Memory] = None,
     ) -> tuple[list[int], list[int]]:
         """A draft tree of depth <= ``depth`` after ``token``: ``(tokens, parents)``.
 
@@ -201,7 +252,7 @@ class MTPHeads(nn.Module):
         frontier: list[int] = [-1]
         for d in range(depth):
             contexts = [[token] if f < 0 else candidates[f][3] for f in frontier]
-            tokens, logp = self.expand(hidden, contexts, embed, shape.top_k)
+            tokens, logp = self.expand(hidden, contexts, embed, shape.top_k, memory)
             base = [0.0 if f < 0 else candidates[f][0] for f in frontier]
             fresh = []
             for row, f in enumerate(frontier):
@@ -222,7 +273,8 @@ class MTPHeads(nn.Module):
         return [candidates[c][2] for c in kept], [index.get(candidates[c][1], -1) for c in kept]
 
     def static_tree(
-        self, hidden: torch.Tensor, token: int, embed: "EmbedFn", depth: int, paths: Sequence[Sequence[int]]
+        self, hidden: torch.Tensor, token: int, embed: "EmbedFn", depth: int, paths: Sequence[Sequence[int]],
+        memory: Optional[Memory] = None,
     ) -> tuple[list[int], list[int]]:
         """A fixed-shape (Medusa-style) tree: node ``(r1, .., rd)`` is the ``rd``-th best token of
         head ``d`` after the path ``(r1, .., r(d-1))``. Every prefix of a path must be a path too."""
@@ -236,7 +288,7 @@ class MTPHeads(nn.Module):
                 break
             parent_paths = sorted({p[:-1] for p in level})
             top = 1 + max(p[-1] for p in level)
-            ids, _ = self.expand(hidden, [nodes[q][1] for q in parent_paths], embed, top)
+            ids, _ = self.expand(hidden, [nodes[q][1] for q in parent_paths], embed, top, memory)
             row_of = {q: i for i, q in enumerate(parent_paths)}
             for p in level:
                 t = int(ids[row_of[p[:-1]], p[-1]])
@@ -324,11 +376,13 @@ class MTPDrafter:
         if not 0 <= row < hidden.shape[1]:
             return Draft([])
         state, token = hidden[0, row], int(tokens[-1])
+        memory = self.model.draft_memory() if self.heads.config.memory_heads else None
+        embed = self.model.embed_tokens
         if self.tree is None:
-            return Draft(self.heads.draft(state, token, self.model.embed_tokens, k, self.eos_token_id))
+            return Draft(self.heads.draft(state, token, embed, k, self.eos_token_id, memory))
         if self.tree.paths is not None:
-            draft_tokens, parents = self.heads.static_tree(state, token, self.model.embed_tokens, k, self.tree.paths)
+            draft_tokens, parents = self.heads.static_tree(state, token, embed, k, self.tree.paths, memory)
         else:
-            draft_tokens, parents = self.heads.draft_tree(state, token, self.model.embed_tokens, k, self.tree, self.eos_token_id)
+            draft_tokens, parents = self.heads.draft_tree(state, token, embed, k, self.tree, self.eos_token_id, memory)
         self._last_tree = (len(tokens), draft_tokens, parents)
         return Draft(draft_tokens, parents=parents)

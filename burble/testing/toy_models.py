@@ -254,6 +254,12 @@ class HiddenTableModel(TableModel):
     def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.one_hot(tokens, self.vocab_size).float()
 
+    def draft_memory(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A fixed random memory ``(1, 2, 5, V / 2)`` for memory-attending heads."""
+        gen = torch.Generator().manual_seed(7)
+        shape = (1, 2, 5, self.vocab_size // 2)
+        return torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+
     def greedy_next(self, token: int) -> int:
         """The token greedy decoding emits after ``token``."""
         return int(self.table[token].argmax())

@@ -1,6 +1,7 @@
 """Speculative greedy decoding of real Whisper windows gives exactly the plain greedy tokens.
 
-Every drafter of ``--speculative`` (ngram, self, auto) and the streaming previous-hypothesis drafter
+Every drafter of ``--speculative`` (ngram, self, mtp with every ``--draft-tree`` shape where the
+model ships draft heads, auto) and the streaming previous-hypothesis drafter
 (also what ``auto`` picks when re-decoding with a previous hypothesis)
 decode the same encoded windows as plain autoregressive greedy decoding (fp32, timestamps and the
 full logits chain on), on the real recordings of ``../shared/dev-audio`` and synthetic speech, for
@@ -25,7 +26,19 @@ from burble.testing.synthetic import speech_engines_available, synthetic_clips
 pytestmark = pytest.mark.slow
 
 SAMPLE_RATE = 16000
-DRAFTERS = ("ngram", "self", "auto")
+DRAFTERS: dict[str, dict] = {
+    "ngram": {"speculative": "ngram"},
+    "self": {"speculative": "self"},
+    "mtp chain": {"speculative": "mtp", "draft_tree": "chain"},
+    "mtp static": {"speculative": "mtp", "draft_tree": "static"},
+    "mtp dynamic": {"speculative": "mtp", "draft_tree": "dynamic"},
+    "auto": {"speculative": "auto"},
+}
+
+
+def _drafters(asr) -> dict[str, dict]:
+    """The drafters this model has (``mtp`` only where burble ships heads for it)."""
+    return {n: o for n, o in DRAFTERS.items() if o["speculative"] != "mtp" or asr.whisper.draft_heads is not None}
 GREEDY = TranscribeOptions(beam_size=1, temperatures=(0.0,))
 
 
@@ -51,9 +64,9 @@ def _check_window(asr, name: str, audio, totals: dict[str, SpeculativeStats]) ->
     features = asr.encode(pad_or_trim(log_mel_spectrogram(audio)))
     prompt = asr.build_prompt([], GREEDY)
     plain = asr.decode_window(features, prompt, GREEDY).tokens
-    for drafter in DRAFTERS:
+    for drafter, overrides in _drafters(asr).items():
         stats = totals.setdefault(drafter, SpeculativeStats())
-        options = replace(GREEDY, speculative=drafter)
+        options = replace(GREEDY, **overrides)
         tokens = asr.decode_window(features, prompt, options, stats=stats).tokens
         assert tokens == plain, f"{name}: --speculative {drafter} changed the tokens"
     # Streaming re-decode: the hypothesis of the first 70% of the audio drafts the whole window.
@@ -82,10 +95,15 @@ def test_speculative_windows_give_identical_tokens(model: str, limit):
             _check_window(asr, name, audio, totals)
     # Drafts were really proposed and verified (a drafter that never proposes would pass trivially).
     # Short single clips rarely repeat an n-gram, so the n-gram drafter may get nothing accepted.
-    for drafter in ("ngram", "self", "auto re-decode"):
+    for drafter in ("ngram", "self", "auto re-decode", *(d for d in totals if d.startswith("mtp"))):
         assert totals[drafter].drafted > 0, drafter
-    # Offline (no previous hypothesis) ``auto`` is plain decoding: every drafter measured slower.
-    assert totals["auto"].drafted == 0
+    if asr.whisper.draft_heads is None:
+        # Offline (no previous hypothesis) ``auto`` is plain decoding without heads.
+        assert totals["auto"].drafted == 0
+    else:
+        # With heads, ``auto`` drafts with them offline; trained heads are accepted most of the time.
+        assert totals["auto"].drafted > 0
+        assert totals["mtp chain"].mean_acceptance_length > 2.0
     assert totals["previous"].mean_acceptance_length > 2.0
     assert totals["auto re-decode"].mean_acceptance_length > 2.0
 
@@ -99,11 +117,11 @@ def test_long_form_transcription_is_identical_with_every_drafter():
     asr = burble.load_model("tiny.en")
     audio = long[0].load()
     plain = asr.transcribe(audio, GREEDY)
-    for drafter in DRAFTERS:
-        result = asr.transcribe(audio, replace(GREEDY, speculative=drafter))
+    for drafter, overrides in _drafters(asr).items():
+        result = asr.transcribe(audio, replace(GREEDY, **overrides))
         assert [s.tokens for s in result.segments] == [s.tokens for s in plain.segments], drafter
         assert result.stats.generated == plain.stats.generated
-        if drafter == "auto":  # offline, auto decodes plainly
+        if drafter == "auto" and asr.whisper.draft_heads is None:  # offline without heads: plain decoding
             assert result.stats.target_passes == plain.stats.target_passes and result.stats.drafted == 0
         else:
             assert result.stats.target_passes < plain.stats.target_passes or drafter == "self"

@@ -31,9 +31,10 @@ def oracle_heads(model: HiddenTableModel, num_heads: int = 3, steps: int = 2) ->
     return heads
 
 
-def random_heads(seed: int, num_heads: int = 4) -> MTPHeads:
+def random_heads(seed: int, num_heads: int = 4, memory_heads: int = 0) -> MTPHeads:
     torch.manual_seed(seed)
-    heads = MTPHeads(MTPConfig(hidden_size=V, num_heads=num_heads, inner_size=16, draft_vocab_size=6), torch.randperm(V)[:6])
+    config = MTPConfig(hidden_size=V, num_heads=num_heads, inner_size=16, draft_vocab_size=6, memory_heads=memory_heads)
+    heads = MTPHeads(config, torch.randperm(V)[:6])
     with torch.no_grad():
         for p in heads.parameters():
             p.normal_()
@@ -154,3 +155,28 @@ def test_dynamic_tree_keeps_the_most_probable_nodes():
     assert parents[0] == -1
     thin, thin_parents = heads.draft_tree(hidden, 2, model.embed_tokens, 3, TreeShape(top_k=1, beam=1, max_nodes=8))
     assert thin_parents == [-1, 0, 1] and thin == heads.draft(hidden, 2, model.embed_tokens, 3)
+
+
+@pytest.mark.parametrize("shape", [None, TREES[0]], ids=["chain", "tree"])
+def test_memory_attending_heads_give_the_plain_greedy_tokens(shape):
+    model = HiddenTableModel(V, seed=4)
+    options = DecodingOptions(max_new_tokens=30, draft_length=3)
+    prompt = torch.tensor([[3, 1]])
+    plain = generate(model, prompt, options)
+    result = generate(model, prompt, options, drafter=MTPDrafter(model, random_heads(4, memory_heads=2), tree=shape))
+    assert result.tokens == plain.tokens and result.stats.drafted > 0
+
+
+def test_training_segments_read_their_own_memory():
+    """A batch of rows from several clips (segments) equals each clip's rows run alone."""
+    heads = random_heads(5, memory_heads=2)
+    gen = torch.Generator().manual_seed(0)
+    keys, values = torch.randn(2, 2, 5, V // 2, generator=gen), torch.randn(2, 2, 5, V // 2, generator=gen)
+    hidden, emb = torch.randn(5, V, generator=gen), torch.randn(5, 4, V, generator=gen)
+    together = heads(hidden, emb, (keys, values), [3, 2])
+    first = heads(hidden[:3], emb[:3], (keys[:1], values[:1]))
+    second = heads(hidden[3:], emb[3:], (keys[1:], values[1:]))
+    torch.testing.assert_close(together, torch.cat([first, second], dim=1))
+    # and the memory matters (negative control: the other clip's memory gives other logits)
+    swapped = heads(hidden[:3], emb[:3], (keys[1:], values[1:]))
+    assert not torch.allclose(swapped, first)

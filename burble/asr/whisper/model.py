@@ -318,3 +318,14 @@ class WhisperTextModel:
 
     def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.model.decoder.token_embedding(tokens)
+
+    def draft_memory(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The last decoder layer's cross-attention keys/values (the audio): what MTP heads attend
+        to. The full model has computed them already; an early-exit view projects them once."""
+        if len(self._cross) == self.model.dims.n_text_layer:
+            return self._cross[-1]
+        if getattr(self, "_last_layer_kv", None) is None:
+            block = self.model.decoder.blocks[-1].cross_attn
+            k, v = block.project_kv(self.audio_features)  # type: ignore[union-attr]
+            self._last_layer_kv = (k.contiguous(), v.contiguous())
+        return self._last_layer_kv

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Multi-token-prediction draft heads for Whisper by self-distillation (frozen Whisper, heads only).
+#
+#   recipes/mtp_heads/run.sh                         # tiny.en: data, train, export, report
+#   recipes/mtp_heads/run.sh --stage 1 --epochs 20   # retrain on the data already made
+#
+# Stages (re-runnable and resumable; --stage/--stop-stage select a range):
+#   0  data:    Piper + espeak-ng speech of LJ sentences -> Whisper's greedy transcripts and decoder
+#               states, in shards under $cache/data (finished shards are kept: a rerun resumes)
+#   1  train:   the draft vocabulary, then the heads (checkpoint: model, optimiser, epoch, position)
+#   2  export:  heads -> burble/asr/whisper/heads/<model>.mtp.safetensors (what burble ships)
+#   3  report:  curves and acceptance on the real dev speech -> RESULTS.md, report.png
+set -euo pipefail
+
+stage=0
+stop_stage=100
+model=tiny.en
+clips=1200            # synthetic clips (about 35 transcript tokens each)
+epochs=12
+num_heads=4
+draft_vocab=4096
+cache=""              # default: ~/.cache/burble/mtp_heads/<model>
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --stage) stage=$2; shift 2 ;;
+    --stop-stage) stop_stage=$2; shift 2 ;;
+    --model) model=$2; shift 2 ;;
+    --clips) clips=$2; shift 2 ;;
+    --epochs) epochs=$2; shift 2 ;;
+    --num-heads) num_heads=$2; shift 2 ;;
+    --draft-vocab) draft_vocab=$2; shift 2 ;;
+    --cache) cache=$2; shift 2 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+recipe_dir=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$recipe_dir/../.." && pwd)
+cache=${cache:-$HOME/.cache/burble/mtp_heads/$model}
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x "$repo/.venv/bin/python" ]; then PYTHON=$repo/.venv/bin/python; else PYTHON=python3; fi
+fi
+log() { echo "$(date '+%F %T') [mtp_heads] $*" >&2; }
+mkdir -p "$cache"
+
+if [ "$stage" -le 0 ] && [ "$stop_stage" -ge 0 ]; then
+  log "stage 0: $clips synthetic clips -> $cache/data"
+  $PYTHON "$recipe_dir/local/prepare.py" --out-dir "$cache/data" --model "$model" --clips "$clips"
+fi
+
+if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
+  log "stage 1: train $num_heads heads ($epochs epochs) -> $cache/exp"
+  $PYTHON "$recipe_dir/local/train.py" --data "$cache/data" --exp-dir "$cache/exp" --model "$model" \
+    --epochs "$epochs" --num-heads "$num_heads" --draft-vocab "$draft_vocab"
+fi
+
+if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
+  log "stage 2: export -> burble/asr/whisper/heads/$model.mtp.safetensors"
+  cp "$cache/exp/heads.safetensors" "$repo/burble/asr/whisper/heads/$model.mtp.safetensors"
+fi
+
+if [ "$stage" -le 3 ] && [ "$stop_stage" -ge 3 ]; then
+  log "stage 3: report -> $recipe_dir/RESULTS.md"
+  $PYTHON "$recipe_dir/local/report.py" --exp-dir "$cache/exp" --model "$model" \
+    --heads "$repo/burble/asr/whisper/heads/$model.mtp.safetensors" --out "$recipe_dir"
+fi

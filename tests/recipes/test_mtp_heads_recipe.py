@@ -1,0 +1,47 @@
+"""The MTP-heads recipe's training rows: head ``i`` at position ``t`` learns token ``t + 2 + i``."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _train_module():
+    spec = importlib.util.spec_from_file_location("mtp_train", ROOT / "recipes" / "mtp_heads" / "local" / "train.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_rows_align_hidden_states_with_the_tokens_after_the_next(tmp_path):
+    train = _train_module()
+    # One clip: tokens s0..s5 (s0 = last prompt token), hidden h0..h4 (h_i predicts s_{i+1}).
+    tokens = torch.tensor([100, 11, 12, 13, 14, 15], dtype=torch.int32)
+    hidden = torch.arange(5, dtype=torch.float16)[:, None].repeat(1, 3)
+    save_file({"0.tokens": tokens, "0.hidden": hidden}, str(tmp_path / "shard_0000.safetensors"))
+    rows = train.read_shards([tmp_path / "shard_0000.safetensors"], span=3)
+    states, following = rows.hidden, rows.following
+    assert states[:, 0].tolist() == [0, 1, 2, 3, 4]
+    assert rows.offsets.tolist() == [0, 5] and rows.audio is None
+    assert following[0].tolist() == [11, 12, 13]  # after h0: s1 (verified), s2, s3
+    assert following[3].tolist() == [14, 15, -1]
+    lookup = torch.full((200,), train.IGNORE)
+    lookup[torch.tensor([11, 12, 13, 14])] = torch.arange(4)  # 15 is outside the draft vocabulary
+    targets, inputs = train.targets_and_inputs(following, lookup, num_heads=2, pad_token=0)
+    # head 0 at h0 sees s1 and learns s2; head 1 sees s1, s2 and learns s3
+    assert inputs[0].tolist() == [11, 12] and targets[0].tolist() == [1, 2]
+    assert targets[3].tolist() == [train.IGNORE, train.IGNORE]  # s5 not in the vocabulary, s6 past the end
+    assert inputs[4].tolist() == [15, 0]
+
+
+def test_draft_vocabulary_is_the_most_frequent_next_tokens():
+    train = _train_module()
+    following = torch.tensor([[5, 0], [5, 0], [7, 0], [9, 0], [-1, 0]])
+    ids, coverage = train.draft_vocabulary(following, 2)
+    assert ids.tolist()[0] == 5 and len(ids) == 2
+    assert abs(coverage - 3 / 4) < 1e-9
