@@ -147,9 +147,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                     features, prompt, greedy, stats=spec_stats, drafter=PreviousHypothesisDrafter(previous)
                 ).tokens
                 both_stats = SpeculativeStats()
-                both = asr.decode_window(  # auto with a hypothesis: it first, the heads past it
-                    features, prompt, replace(greedy, speculative="auto"), stats=both_stats, previous_hypothesis=previous
-                ).tokens
+                both = asr.decode_window(  # mtp with a hypothesis: it drafts first, the heads past it
+                    features, prompt, replace(greedy, speculative="mtp"), stats=both_stats, previous_hypothesis=previous
+                ).tokens if asr.whisper.draft_heads is not None else plain
             redecode["off"].add(plain_stats, 0.0, True)
             redecode["previous"].add(spec_stats, 0.0, spec == plain)
             redecode["previous + mtp"].add(both_stats, 0.0, both == plain)

@@ -33,8 +33,8 @@ class TranscribeOptions:
       word_timestamps: align words with cross-attention (DTW) and return them per segment.
       speculative: ``off``, ``ngram`` (prompt lookup), ``self`` (early-exit self-draft), ``mtp``
         (the model's trained draft heads) or ``auto``: what measured fastest, i.e. the previous
-        hypothesis as the draft when re-decoding audio (streaming), the draft heads offline where
-        the model has them (:mod:`burble.asr.speculation`).
+        hypothesis as the draft when re-decoding audio (streaming) and plain decoding offline,
+        where every drafter, the MTP heads included, measured slower (:mod:`burble.asr.speculation`).
       draft_length: tokens per speculative draft (the depth of a draft tree).
       draft_layers: decoder layers the early-exit self-draft uses.
       draft_tree: shape of ``mtp`` drafts: ``chain`` (the heads' best tokens), ``static`` (a fixed

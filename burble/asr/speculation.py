@@ -3,16 +3,19 @@
 * ``ngram``: prompt lookup over the prompt (previous text) and the tokens decoded so far;
 * ``self``: the first ``draft_layers`` decoder layers of the same model draft (early exit);
 * ``mtp``: the model's trained multi-token-prediction heads (:mod:`burble.decoding.mtp`), shipped
-  for the models ``recipes/mtp_heads`` trained;
+  for the models ``recipes/mtp_heads`` trained, drafting a chain or a tree (``draft_tree``); when
+  re-decoding, the previous hypothesis drafts first and the heads past it. Measured on the dev
+  speech (tiny.en, 1 thread): 1.3-1.45x fewer decoder passes, but the heads' guesses beyond the
+  next token are rarely right (acceptance 0.32-0.44 at the first position, <= 0.08 after), so
+  drafting and the longer passes cost more than they save (decoder 0.6-0.95x): opt-in only;
 * ``auto``: what measured fastest for the situation (BENCHMARKS.md, "Speculative decoding"):
 
   - re-decoding audio that has a previous hypothesis (streaming re-decodes its window every
     chunk): that hypothesis is the draft (:class:`PreviousHypothesisDrafter`), 2.1x fewer decoder
-    passes and 1.6x faster decoding; where the model has draft heads they draft past the
-    hypothesis's end (:class:`FirstDraft`);
-  - offline (a window decoded once): the model's draft heads if burble ships some, else plain
-    decoding (prompt lookup is accepted ~8% of the time and made the decoder 0.84x as fast; the
-    untrained early-exit self-draft ~4%, 0.29x).
+    passes and 1.4-1.6x faster decoding; adding the heads past its end measured slower;
+  - offline (a window decoded once): no drafter. Prompt lookup is accepted ~8% of the time and
+    made the decoder 0.85x as fast; the early-exit self-draft of an untrained Whisper layer ~4%
+    (0.26x); the trained MTP heads see above.
 
 All of them are lossless: greedy verification keeps exactly the tokens plain decoding would give.
 """
@@ -38,9 +41,8 @@ DRAFT_TREES: dict[str, Optional[TreeShape]] = {
 
 
 def drafts_without_hypothesis(options: TranscribeOptions) -> bool:
-    """Whether windows with no previous hypothesis must be decoded one by one (a drafter was asked
-    for). ``auto`` keeps batched windows batched: rows of one batch share every pass, which a
-    batch-1 speculative decode cannot; a window decoded alone still drafts with the heads."""
+    """Whether windows with no previous hypothesis are decoded one by one (a drafter was asked for:
+    speculative decoding runs at batch 1)."""
     return options.speculative in ("ngram", "self", "mtp")
 
 
@@ -63,15 +65,13 @@ def window_drafter(
         return None
     if options.speculative == "mtp" and draft_heads is None:
         raise ValueError("--speculative mtp: no trained draft heads ship for this model (see recipes/mtp_heads)")
-    mtp = None
-    if draft_heads is not None:
+    if options.speculative == "auto":
+        return PreviousHypothesisDrafter(previous_hypothesis) if previous_hypothesis else None
+    if options.speculative == "mtp":
         mtp = MTPDrafter(text_model, draft_heads, eos_token_id=eos_token_id, tree=DRAFT_TREES[options.draft_tree])
-    if options.speculative in ("auto", "mtp"):
         # The previous hypothesis first (it is right about most of the re-decoded audio); the heads
         # draft where it has nothing to offer (past its end, or after a divergence).
-        drafters = [PreviousHypothesisDrafter(previous_hypothesis)] if previous_hypothesis else []
-        drafters += [mtp] if mtp is not None else []
-        return FirstDraft(drafters) if len(drafters) > 1 else (drafters[0] if drafters else None)
+        return FirstDraft([PreviousHypothesisDrafter(previous_hypothesis), mtp]) if previous_hypothesis else mtp
     if options.speculative == "ngram":
         return PromptLookupDrafter(hint_tokens=prompt)
     layers = max(1, min(options.draft_layers, text_model.num_layers - 1))

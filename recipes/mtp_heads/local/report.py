@@ -106,7 +106,7 @@ Heads: {config['num_heads']} sequentially dependent draft heads (inner width {co
 transcripts' tokens. Data: {record['train_shards']} training shards ({record['train_rows']} decoder positions) and
 {record['val_shards']} held-out shards ({record['val_rows']} positions) of synthetic speech (Piper and espeak-ng voices
 of LJ Speech sentences, Whisper's own greedy transcripts). Training time: {record['train_seconds'] / 60:.1f} min on
-this machine's CPU (2 cores, shared with data preparation).
+this machine's CPU (1 thread).
 
 ![curves](report.png)
 
