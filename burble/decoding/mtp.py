@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from burble.decoding.speculative import Draft, TargetRule
+from burble.kernels.attention import attention
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ class DraftHead(nn.Module):
         outputs, row = [], 0
         for g, size in enumerate(groups):
             k, v = keys[g].to(q.dtype), values[g].to(q.dtype)
-            outputs.append(nn.functional.scaled_dot_product_attention(q[None, :, row : row + size], k[None], v[None])[0])
+            outputs.append(attention(q[None, :, row : row + size], k[None], v[None])[0])
             row += size
         attended = torch.cat(outputs, dim=1).transpose(0, 1).reshape(n, dim)
         return state + self.out(attended)
