@@ -56,7 +56,6 @@ class RandomTreeDrafter:
 
     def __init__(self, model: TableModel, seed: int, nodes: int = 7) -> None:
         self.model, self.rng, self.nodes = model, random.Random(seed), nodes
-        self.proposals = 0
 
     def _greedy_path(self, tokens: list[int], depth: int) -> list[int]:
         path, context = [], list(tokens)
@@ -71,7 +70,6 @@ class RandomTreeDrafter:
         return path
 
     def propose(self, tokens, k, rule) -> Draft:
-        self.proposals += 1
         depth = self.rng.randint(0, k)
         # tokens[-1] is the root; the greedy path after it
         truth = self._greedy_path(list(tokens), depth)
@@ -88,7 +86,6 @@ class RandomTreeDrafter:
                 continue
             node_tokens.append(self.rng.randrange(self.model.vocab_size))
             parents.append(parent)
-        # Shuffle sibling order while keeping parents before children: reverse-insert decoys first.
         return Draft(node_tokens, parents=parents)
 
 
@@ -121,12 +118,17 @@ def test_without_compaction_tree_decoding_goes_wrong(monkeypatch):
     assert wrong > 0
 
 
-def test_sampling_drafts_the_trees_best_path_as_a_chain():
+def test_sampling_drafts_the_trees_best_path_as_a_chain(monkeypatch):
     model = TableModel(vocab_size=8, order=3, seed=0, dtype=torch.float32)
     options = DecodingOptions(max_new_tokens=20, draft_length=4, temperature=1.0)
     prompt = torch.tensor([[1, 2, 3]])
-    plain = generate(model, prompt, options, generator=torch.Generator().manual_seed(0))
+    tree_passes = []
+    original = TableModel.forward_tree
+    monkeypatch.setattr(TableModel, "forward_tree", lambda self, *a: tree_passes.append(1) or original(self, *a))
     drafter = RandomTreeDrafter(model, 0)
     result = generate(model, prompt, options, drafter=drafter, generator=torch.Generator().manual_seed(0))
     assert result.stats.drafted > 0  # a chain was verified
-    assert len(result.tokens[0]) == len(plain.tokens[0]) or result.finished[0]
+    assert not tree_passes  # sampling never scores a tree (its verification rule is the chain one)
+    # Negative control: the same drafter under greedy decoding does score trees.
+    generate(model, prompt, DecodingOptions(max_new_tokens=20, draft_length=4), drafter=RandomTreeDrafter(model, 0))
+    assert tree_passes
