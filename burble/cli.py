@@ -15,6 +15,7 @@ COMMANDS = {
     "listen": "burble.commands.listen",
     "serve": "burble.commands.serve",
     "client": "burble.commands.client",
+    "codec": "burble.commands.codec",
     "lm": "burble.asr.fusion.cli",
 }
 

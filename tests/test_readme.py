@@ -310,7 +310,9 @@ def test_readme_command_runs_as_written(command: ReadmeCommand, session: ReadmeS
         session.produced[output] = command.line
 
     argv = command.argv
-    if "examples/jfk.wav" in argv or argv[:2] == ["make", "demo"] or command.language == "python":
+    if command.subcommand == "codec":  # audio in, codes or audio out: no transcript to expect
+        pass
+    elif "examples/jfk.wav" in argv or argv[:2] == ["make", "demo"] or command.language == "python":
         expect_transcript(command, transcript_of(done.stdout) + "\n" + written)
     elif command.subcommand == "transcribe":  # a folder or manifest: the batch outputs
         expect_transcript(command, written)

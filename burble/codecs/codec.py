@@ -1,0 +1,256 @@
+"""``burble.codecs.load(name)``: audio -> integer codes -> audio, whole or streamed.
+
+A ``Codec`` is the trained mel codec (``burble.codecs.model``) plus the pretrained HiFi-GAN
+vocoder (``burble.codecs.vocoder``). Audio at any rate is resampled to the vocoder's 22.05 kHz,
+turned into log-mel frames, encoded into ``books x frames`` codes, and decoded back to log-mel
+and through the vocoder to 22.05 kHz audio. The weights ship in the package
+(``burble/codecs/weights/<name>.safetensors``, config in the metadata), trained by
+``recipes/codec``.
+
+Streaming: ``stream_encoder()`` takes audio in pieces and returns each code frame as soon as the
+audio it covers is in; ``stream_decoder()`` takes code frames and returns audio once the vocoder's
+lookahead has arrived. Streaming state lives on the layers (``burble.codecs.streaming``), so each
+stream works on its own copy of the (small) networks and streams never share state.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from burble.audio.resample import StreamingResampler, resample
+from burble.codecs.mel import HOP, SAMPLE_RATE, StreamingLogMel, log_mel
+from burble.codecs.model import CodecConfig, MelCodec
+from burble.codecs.streaming import streaming
+from burble.codecs.vocoder import ExactStreamingVocoder, HiFiGAN, StreamingVocoder, exact_lag, load_vocoder, vocode
+
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+DEFAULT_CODEC = "mel-21hz"
+SILENCE_PEAK = 1e-4  # below this peak (about -80 dBFS) there is nothing to encode
+N_FFT_REACH = 640  # mel frame i reads samples up to 256 i + 640 (HOP i - PAD + N_FFT)
+
+
+class CodecInputError(ValueError):
+    """Audio or codes the codec cannot work with (empty, silent, corrupt, out of range)."""
+
+
+def available_codecs() -> list[str]:
+    return sorted(p.name[: -len(".safetensors")] for p in WEIGHTS_DIR.glob("*.safetensors"))
+
+
+def save_codec(model: MelCodec, path: Path, *, vocoder: str = "universal", default_books: int = 4,
+               extra: Optional[dict] = None) -> None:
+    """Write the inference weights of ``model`` (fp32: code assignment is an argmin) with its config."""
+    from safetensors.torch import save_file
+
+    state = {k: v.contiguous() for k, v in model.state_dict().items()
+             if not k.startswith("quantizer.") or k == "quantizer.embed"}
+    metadata = {"config": json.dumps(model.config.to_dict()), "vocoder": vocoder,
+                "default_books": str(default_books), "extra": json.dumps(extra or {})}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(path), metadata=metadata)
+
+
+@functools.lru_cache(maxsize=4)
+def load(name: str = DEFAULT_CODEC) -> "Codec":
+    """The shipped codec ``name`` (see ``available_codecs()``) or a ``.safetensors`` path."""
+    from safetensors import safe_open
+
+    path = Path(name) if name.endswith(".safetensors") else WEIGHTS_DIR / f"{name}.safetensors"
+    if not path.is_file():
+        raise CodecInputError(f"no codec {name!r}; shipped: {', '.join(available_codecs()) or 'none'}")
+    with safe_open(str(path), "pt") as f:
+        metadata = f.metadata()
+        state = {k: f.get_tensor(k) for k in f.keys()}
+    model = MelCodec(CodecConfig.from_dict(json.loads(metadata["config"])))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.startswith("quantizer.") or k == "quantizer.embed"]
+    if missing or unexpected:
+        raise RuntimeError(f"{path}: weights do not match the codec (missing {missing}, unexpected {unexpected})")
+    model.eval().requires_grad_(False)
+    return Codec(name=path.name[: -len(".safetensors")], model=model, vocoder=load_vocoder(metadata["vocoder"]),
+                 default_books=int(metadata["default_books"]))
+
+
+def to_codec_rate(audio: np.ndarray, sample_rate: int) -> np.ndarray:
+    """Validated mono float32 audio at 22.05 kHz (clear errors for empty, silent or non-finite input)."""
+    audio = np.asarray(audio, dtype=np.float32)
+    if audio.size == 0:
+        raise CodecInputError("the audio is empty")
+    # (samples, channels) is averaged; more channels than samples is channels-first (or not audio),
+    # which averaging along axis 1 would silently turn into a few samples.
+    if audio.ndim == 2 and audio.shape[1] <= audio.shape[0]:
+        audio = audio.mean(axis=1)
+    if audio.ndim != 1:
+        raise CodecInputError(f"expected mono audio (samples,) or (samples, channels), got an array of shape {audio.shape}")
+    if not np.all(np.isfinite(audio)):
+        raise CodecInputError("the audio holds NaN or infinite samples")
+    if float(np.abs(audio).max()) < SILENCE_PEAK:
+        raise CodecInputError("the audio is silent (peak below -80 dBFS): nothing to encode")
+    return resample(audio, int(sample_rate), SAMPLE_RATE)
+
+
+@dataclass
+class Codec:
+    """A trained mel codec with its vocoder. Codes are ``int64`` arrays ``(books, frames)``."""
+
+    name: str
+    model: MelCodec
+    vocoder: HiFiGAN
+    default_books: int
+
+    sample_rate: int = SAMPLE_RATE
+
+    @property
+    def config(self) -> CodecConfig:
+        return self.model.config
+
+    @property
+    def samples_per_frame(self) -> int:
+        return HOP * self.config.hop
+
+    def algorithmic_latency(self, lookahead: Optional[int] = None) -> int:
+        """Worst-case delay in 22.05 kHz samples from a sample entering ``stream_encoder`` to its
+        reconstruction leaving ``stream_decoder(lookahead=...)`` (compute time not included).
+
+        Sample ``n`` leaves the vocoder once ``lag`` more samples' worth of mel frames are decoded
+        (``lag``: ``exact_lag()``, or ``lookahead * 256``); a code frame is decoded as soon as it
+        is encoded, and it is encoded once the STFT window of its last mel frame is in (``384``
+        samples past the frame's end). The worst ``n`` is found over one code frame.
+        """
+        lag = exact_lag() if lookahead is None else lookahead * HOP
+        frame = self.samples_per_frame
+        worst = 0
+        for n in range(frame):  # the pattern repeats every code frame
+            mel_frames = -(-(n + 1 + lag) // HOP)
+            code_frames = -(-mel_frames // self.config.hop)
+            worst = max(worst, code_frames * frame + (N_FFT_REACH - HOP) - n)
+        return worst
+
+    def check_books(self, books: Optional[int]) -> int:
+        books = self.default_books if books is None else int(books)
+        if not 1 <= books <= self.config.num_books:
+            raise CodecInputError(f"books must be 1..{self.config.num_books}, got {books}")
+        return books
+
+    def encode(self, audio: np.ndarray, sample_rate: int, books: Optional[int] = None) -> np.ndarray:
+        """Codes ``(books, frames)`` of mono ``audio`` at ``sample_rate`` (zero-padded to whole frames)."""
+        books = self.check_books(books)
+        x = to_codec_rate(audio, sample_rate)
+        frames = -(-x.size // self.samples_per_frame)
+        x = np.pad(x, (0, frames * self.samples_per_frame - x.size))
+        with torch.inference_mode():
+            codes = self.model.encode(log_mel(x)[None], books)[0]
+        return codes.numpy()
+
+    def decode_mel(self, codes: np.ndarray) -> torch.Tensor:
+        codes = self.check_codes(codes)
+        return self.model.decode(torch.from_numpy(codes)[None])[0]
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        """22.05 kHz float32 audio for codes ``(books, frames)`` (any 1..num_books leading books)."""
+        return vocode(self.vocoder, self.decode_mel(codes)).numpy()
+
+    def check_codes(self, codes: np.ndarray) -> np.ndarray:
+        codes = np.asarray(codes)
+        if codes.ndim != 2 or codes.shape[1] == 0:
+            raise CodecInputError(f"codes must be a (books, frames) array with frames > 0, got shape {codes.shape}")
+        if not np.issubdtype(codes.dtype, np.integer):
+            raise CodecInputError(f"codes must be integers, got {codes.dtype}")
+        self.check_books(codes.shape[0])
+        if codes.min() < 0 or codes.max() >= self.config.codebook_size:
+            raise CodecInputError(f"codes must lie in 0..{self.config.codebook_size - 1}, "
+                                  f"got {codes.min()}..{codes.max()}")
+        return codes.astype(np.int64)
+
+    def stream_encoder(self, sample_rate: int, books: Optional[int] = None) -> "StreamingEncoder":
+        return StreamingEncoder(self, sample_rate, self.check_books(books))
+
+    def stream_decoder(self, *, lookahead: Optional[int] = None) -> "StreamingDecoder":
+        """A streaming decoder. ``lookahead=None``: the exact streaming vocoder (the whole-file
+        audio, 147 ms of vocoder lag, each sample computed once); ``lookahead=R``: chunks vocoded
+        with 16 frames of context and ``R`` of lookahead (lower latency, an approximation, and
+        about ``(20 + R) / 4`` times the vocoder's compute)."""
+        return StreamingDecoder(self, lookahead=lookahead)
+
+
+class StreamingEncoder:
+    """Audio in pieces -> code frames ``(books, k)`` as soon as each frame's audio is in.
+
+    A code frame covers ``samples_per_frame`` samples at 22.05 kHz and is known once its last mel
+    frame is: ``640 - 256`` samples after the frame's end (the STFT window's reach), plus the
+    resampler's delay for other input rates.
+    """
+
+    def __init__(self, codec: Codec, sample_rate: int, books: int) -> None:
+        self.codec, self.books = codec, books
+        self._resampler = StreamingResampler(int(sample_rate), SAMPLE_RATE)
+        self._mel = StreamingLogMel()
+        self._encoder = copy.deepcopy(codec.model.encoder)
+        self._stream = streaming(self._encoder)
+        self._stream.__enter__()
+        self._samples = 0
+
+    def push(self, audio: np.ndarray) -> np.ndarray:
+        audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        if not np.all(np.isfinite(audio)):
+            raise CodecInputError("the audio holds NaN or infinite samples")
+        x = self._resampler.process(audio)
+        self._samples += x.size
+        return self._codes(self._mel.push(x))
+
+    def flush(self) -> np.ndarray:
+        """The last code frames (the tail zero-padded to a whole frame, as ``Codec.encode`` does)."""
+        x = self._resampler.flush()
+        self._samples += x.size
+        pad = -self._samples % self.codec.samples_per_frame
+        mel = torch.cat([self._mel.push(np.concatenate([x, np.zeros(pad, np.float32)])), self._mel.flush()], dim=1)
+        codes = self._codes(mel)
+        self._stream.__exit__(None, None, None)
+        return codes
+
+    @torch.inference_mode()
+    def _codes(self, mel: torch.Tensor) -> np.ndarray:
+        model = self.codec.model
+        if mel.shape[1] == 0:
+            return np.zeros((self.books, 0), dtype=np.int64)
+        latent = self._encoder(((mel - model.mel_mean) / model.mel_std)[None])[0]
+        if latent.shape[1] == 0:
+            return np.zeros((self.books, 0), dtype=np.int64)
+        return model.quantizer(latent.t(), self.books).codes[:, : self.books].t().numpy()
+
+
+class StreamingDecoder:
+    """Code frames in pieces -> 22.05 kHz audio (see ``Codec.stream_decoder``)."""
+
+    def __init__(self, codec: Codec, *, lookahead: Optional[int]) -> None:
+        self.codec = codec
+        self._decoder = copy.deepcopy(codec.model.decoder)
+        self._stream = streaming(self._decoder)
+        self._stream.__enter__()
+        self._vocoder: StreamingVocoder | ExactStreamingVocoder = (
+            ExactStreamingVocoder(codec.vocoder) if lookahead is None
+            else StreamingVocoder(codec.vocoder, left=16, right=lookahead, chunk=codec.config.hop))
+
+    @torch.inference_mode()
+    def push(self, codes: np.ndarray) -> np.ndarray:
+        codes = np.asarray(codes)
+        if codes.ndim == 2 and codes.shape[1] == 0:
+            return np.zeros(0, dtype=np.float32)
+        codes = self.codec.check_codes(codes)
+        model = self.codec.model
+        latent = model.quantizer.decode(torch.from_numpy(codes).t()).t()[None]
+        mel = self._decoder(latent)[0] * model.mel_std + model.mel_mean
+        return self._vocoder.push(mel).numpy()
+
+    def flush(self) -> np.ndarray:
+        audio = self._vocoder.flush().numpy()
+        self._stream.__exit__(None, None, None)
+        return audio

@@ -1,0 +1,93 @@
+"""Causal layers with an explicit streaming state, moshi-style: ``with streaming(model): ...``.
+
+Outside a ``streaming`` block a layer processes a whole sequence (left zero padding, nothing of
+the future). Inside one, each call takes the next piece of the sequence and returns the outputs
+it determines; what the layer needs from the past (a convolution's last inputs, a GRU's hidden
+state) is kept on the layer until the block ends. Feeding a sequence piece by piece therefore
+gives the whole-sequence output, and new input can never change past output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class StreamingLayer(nn.Module):
+    """A layer whose state is cleared on entering and leaving ``streaming``."""
+
+    streaming_active: bool = False
+
+    def reset_streaming(self) -> None:  # pragma: no cover - every subclass overrides it
+        raise NotImplementedError
+
+
+@contextlib.contextmanager
+def streaming(model: nn.Module) -> Iterator[None]:
+    """Run ``model``'s streaming layers statefully inside the block (states start empty)."""
+    layers = [m for m in model.modules() if isinstance(m, StreamingLayer)]
+    for layer in layers:
+        layer.reset_streaming()
+        layer.streaming_active = True
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.streaming_active = False
+            layer.reset_streaming()
+
+
+class CausalConv1d(StreamingLayer):
+    """``Conv1d`` that sees only the present and past: output ``t`` reads inputs up to ``t * stride + stride - 1``.
+
+    Args:
+        in_channels, out_channels, kernel_size, stride, dilation: as for ``nn.Conv1d``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, *, stride: int = 1,
+                 dilation: int = 1) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, stride=stride, dilation=dilation)
+        self.stride = stride
+        self.span = (kernel_size - 1) * dilation + 1  # inputs one output reads
+        self._buffer: Optional[torch.Tensor] = None
+
+    def reset_streaming(self) -> None:
+        self._buffer = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(batch, in, T)`` -> ``(batch, out, T // stride)`` (streaming: as many outputs as complete)."""
+        if not self.streaming_active:
+            return self.conv(F.pad(x, (self.span - self.stride, 0)))
+        if self._buffer is None:
+            self._buffer = x.new_zeros(x.shape[0], x.shape[1], self.span - self.stride)
+        x = torch.cat([self._buffer, x], dim=2)
+        count = (x.shape[2] - self.span) // self.stride + 1 if x.shape[2] >= self.span else 0
+        self._buffer = x[:, :, count * self.stride:]
+        if count == 0:
+            return x.new_zeros(x.shape[0], self.conv.out_channels, 0)
+        return self.conv(x[:, :, : (count - 1) * self.stride + self.span])
+
+
+class StreamingGRU(StreamingLayer):
+    """A single-layer ``nn.GRU`` over ``(batch, channels, T)`` that carries its hidden state while streaming."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.gru = nn.GRU(channels, channels, batch_first=True)
+        self._hidden: Optional[torch.Tensor] = None
+
+    def reset_streaming(self) -> None:
+        self._hidden = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[2] == 0:
+            return x
+        y, hidden = self.gru(x.transpose(1, 2), self._hidden if self.streaming_active else None)
+        if self.streaming_active:
+            self._hidden = hidden
+        return y.transpose(1, 2)

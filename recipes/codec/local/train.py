@@ -1,0 +1,183 @@
+#!/usr/bin/env python
+"""Stage 1 of the codec recipe: train the mel codec by plain regression (no GAN).
+
+The model is ``burble.codecs.model.MelCodec``. Every step takes ``batch_size`` random windows of
+``segment`` mel frames from the training shards (the windows of step ``s`` are drawn from a
+generator seeded with ``s``, so a resumed run sees exactly the data it would have seen). Loss:
+L1 + L2 on the normalised log-mel, L1 on its frame-to-frame differences (delta-mel: keeps onsets
+sharp), and the VQ commitment loss. Quantiser dropout: a row is coded with a uniform 1..n books
+with probability ``dropout``, else with all of them, so every prefix of books decodes.
+
+A checkpoint (model with its VQ statistics, optimiser, step) is written every ``save_every``
+steps and at the end; a rerun resumes from it. ``train.log`` gets one JSON line per logged step,
+with held-out mel L1 at 1/2/4/8 books every ``eval_every`` steps.
+
+Usage::
+
+    python recipes/codec/local/train.py --data-dir exp/data --exp-dir exp/train --steps 6000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from safetensors import safe_open  # noqa: E402
+
+from burble.codecs.model import CodecConfig, MelCodec  # noqa: E402
+
+
+def load_mels(data_dir: Path, split: str) -> list[torch.Tensor]:
+    mels = []
+    for path in sorted(data_dir.glob(f"{split}_*.safetensors")):
+        with safe_open(str(path), "pt") as f:
+            mels += [f.get_tensor(k).float() for k in sorted(f.keys()) if k.endswith(".mel")]
+    if not mels:
+        raise SystemExit(f"no {split} shards in {data_dir}: run stage 0 first")
+    return mels
+
+
+def sample_batch(mels: list[torch.Tensor], lengths: torch.Tensor, step: int, batch_size: int, segment: int,
+                 hop: int) -> torch.Tensor:
+    """``batch_size`` windows of ``segment`` frames (clips drawn by length; shorter ones are repeated)."""
+    g = torch.Generator().manual_seed(step)
+    picks = torch.multinomial(lengths.float(), batch_size, replacement=True, generator=g)
+    out = []
+    for i in picks.tolist():
+        mel = mels[i]
+        while mel.shape[1] < segment:
+            mel = torch.cat([mel, mels[i]], dim=1)
+        start = int(torch.randint(0, (mel.shape[1] - segment) // hop + 1, (1,), generator=g)) * hop
+        out.append(mel[:, start:start + segment])
+    return torch.stack(out)
+
+
+def losses(model: MelCodec, mel: torch.Tensor, books) -> dict[str, torch.Tensor]:
+    out = model(mel, books)
+    err = (out.mel - mel) / model.mel_std
+    delta = torch.diff(out.mel, dim=2) - torch.diff(mel, dim=2)
+    return {"l1": err.abs().mean(), "l2": err.pow(2).mean(), "delta": (delta / model.mel_std).abs().mean(),
+            "commit": out.commitment}
+
+
+@torch.no_grad()
+def evaluate(model: MelCodec, mels: list[torch.Tensor]) -> dict[str, float]:
+    """Held-out mean |log-mel error| (nats) at 1/2/4/8 books, whole clips."""
+    model.eval()
+    result = {}
+    hop = model.config.hop
+    for books in (1, 2, 4, 8):
+        if books > model.config.num_books:
+            continue
+        total, frames = 0.0, 0
+        for mel in mels:
+            mel = mel[:, : mel.shape[1] // hop * hop]
+            rec = model.decode(model.encode(mel[None], books))[0]
+            total += float((rec - mel).abs().sum()) / mel.shape[0]
+            frames += mel.shape[1]
+        result[f"mel_l1@{books}"] = round(total / frames, 4)
+    model.train()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", required=True, type=Path)
+    parser.add_argument("--exp-dir", required=True, type=Path)
+    parser.add_argument("--steps", type=int, default=6000)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--segment", type=int, default=256, help="mel frames per training window (~3 s)")
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--dropout", type=float, default=0.6, help="probability of a random 1..n books per row")
+    parser.add_argument("--commit-weight", type=float, default=0.25)
+    parser.add_argument("--num-books", type=int, default=8)
+    parser.add_argument("--codebook-size", type=int, default=1024)
+    parser.add_argument("--down-stages", type=int, default=2, help="2: 21.5 Hz code frames, 1: 43 Hz")
+    parser.add_argument("--save-every", type=int, default=250)
+    parser.add_argument("--eval-every", type=int, default=1000)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.exp_dir.mkdir(parents=True, exist_ok=True)
+    train = load_mels(args.data_dir, "train")
+    heldout = load_mels(args.data_dir, "heldout")[:20]
+    lengths = torch.tensor([m.shape[1] for m in train])
+    channels = (128, 192, 256, 256)[: args.down_stages + 1]
+    config = CodecConfig(down_stages=args.down_stages, channels=channels, num_books=args.num_books,
+                         codebook_size=args.codebook_size)
+    torch.manual_seed(0)
+    model = MelCodec(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.8, 0.99), weight_decay=1e-4)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / args.warmup) * max(
+        0.05, 0.5 * (1 + torch.cos(torch.tensor(min(s, args.steps) / args.steps * 3.14159)).item())))
+    checkpoint = args.exp_dir / "checkpoint.pt"
+    step = 0
+    if checkpoint.is_file():
+        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        step = state["step"]
+        print(f"resumed at step {step}", flush=True)
+    else:
+        all_frames = torch.cat(train, dim=1)
+        model.mel_mean.copy_(all_frames.mean(1, keepdim=True))
+        model.mel_std.copy_(all_frames.std(1, keepdim=True).clamp_min(0.1))
+        (args.exp_dir / "config.json").write_text(json.dumps(config.to_dict(), indent=1))
+    print(f"{len(train)} training clips ({int(lengths.sum()) * 256 / 22050 / 3600:.2f} h), "
+          f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, {config.frame_rate:.2f} Hz code frames",
+          flush=True)
+
+    def save() -> None:
+        tmp = checkpoint.with_suffix(".tmp")
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "schedule": schedule.state_dict(), "step": step, "config": config.to_dict()}, tmp)
+        os.replace(tmp, checkpoint)
+
+    model.train()
+    log = open(args.exp_dir / "train.log", "a")
+    started, running = time.perf_counter(), {}
+    first_step = step
+    while step < args.steps:
+        mel = sample_batch(train, lengths, step, args.batch_size, args.segment, config.hop)
+        g = torch.Generator().manual_seed(10_000_000 + step)
+        books = torch.where(torch.rand(args.batch_size, generator=g) < args.dropout,
+                            torch.randint(1, config.num_books + 1, (args.batch_size,), generator=g),
+                            torch.full((args.batch_size,), config.num_books))
+        parts = losses(model, mel, books)
+        loss = parts["l1"] + parts["l2"] + parts["delta"] + args.commit_weight * parts["commit"]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        step += 1
+        for k, v in parts.items():
+            running[k] = running.get(k, 0.0) + float(v.detach())
+        if step % 50 == 0 or step == args.steps:
+            record = {"step": step, **{k: round(v / 50, 4) for k, v in running.items()},
+                      "lr": round(schedule.get_last_lr()[0], 6)}
+            running = {}
+            if step % args.eval_every == 0 or step == args.steps:
+                record.update(evaluate(model, heldout))
+            rate = (step - first_step) / (time.perf_counter() - started)
+            print(json.dumps(record) + f"  ({rate:.2f} steps/s)", flush=True)
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+        if step % args.save_every == 0 or step == args.steps:
+            save()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,234 @@
+"""``burble.codecs.codec``: load/save, encode/decode, the streaming encoder and decoders, bad input.
+
+Run on the throwaway codec of ``codec_helpers`` (seeded random weights, real HiFi-GAN vocoder):
+what is checked holds for any weights. Measured here (one thread):
+
+* ``stream_encoder`` over random pieces gives exactly ``encode``'s codes, for 22.05 kHz input
+  and for 16 kHz input too (soxr's output does not depend on how its input is cut, so the
+  resampled samples, the mel frames and the codes are the same);
+* ``stream_decoder()`` (the exact streaming vocoder) gives ``decode``'s audio: max |difference|
+  6e-6, asserted < 1e-4; ``stream_decoder(lookahead=2)`` (the approximate chunked vocoder) gives
+  the same length, and exactly (within 1e-5) ``decode``'s mel before the vocoder: only the vocoder
+  approximation differs (its audio bound is in test_vocoder.py, on real speech);
+* ``algorithmic_latency()`` is what the streams do, fed 128 samples at a time (128 divides the
+  frame's 1024 samples and the STFT's 384, so the measurement is exact): 4666 samples (211.6 ms)
+  with the exact vocoder, 1920 (87.1 ms) with ``lookahead=2``, the stream's first code frame
+  included (``StreamingVocoder`` sends its first frames out without waiting for a whole chunk).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from burble.audio.resample import resample
+from burble.codecs.codec import DEFAULT_CODEC, WEIGHTS_DIR, Codec, CodecInputError, available_codecs, load
+from codec_helpers import random_pieces
+
+SPF = 1024  # samples per code frame at 22.05 kHz
+
+
+@pytest.fixture(scope="module")
+def short(speech) -> np.ndarray:
+    """0.75 s of speech: 17 code frames (the last one zero-padded)."""
+    return speech[:16538]
+
+
+@pytest.fixture(scope="module")
+def codes8(codec, speech) -> np.ndarray:
+    return codec.encode(speech[:22050], 22050, books=8)
+
+
+# -- load / save ------------------------------------------------------------------------------
+
+
+def test_load_reads_what_save_wrote(codec, codec_path):
+    from safetensors import safe_open
+
+    assert isinstance(codec, Codec)
+    assert codec.name == Path(codec_path).stem and codec.default_books == 4 and codec.sample_rate == 22050
+    with safe_open(str(codec_path), "pt") as f:
+        assert f.metadata()["vocoder"] == "universal"
+        for key in f.keys():
+            assert torch.equal(f.get_tensor(key), codec.model.state_dict()[key]), key
+    assert not codec.model.training
+
+
+def test_unknown_codec_names_what_ships():
+    with pytest.raises(CodecInputError, match="no codec 'no-such-codec'; shipped: "):
+        load("no-such-codec")
+    with pytest.raises(CodecInputError, match="no codec"):
+        load("/nonexistent/codec.safetensors")
+
+
+def test_the_shipped_default_codec_loads_and_runs(speech):
+    if not (WEIGHTS_DIR / f"{DEFAULT_CODEC}.safetensors").is_file():
+        pytest.skip(f"burble/codecs/weights/{DEFAULT_CODEC}.safetensors is not there yet (training)")
+    codec = load()
+    assert codec.name == DEFAULT_CODEC and DEFAULT_CODEC in available_codecs()
+    assert codec.config.bitrate(codec.default_books) <= 1000  # the default is the <= 1 kbps setting
+    audio = speech[:22050]
+    codes = codec.encode(audio, 22050)
+    assert codes.shape == (codec.default_books, 22)
+    out = codec.decode(codes)
+    assert out.shape == (22 * SPF,) and np.isfinite(out).all()
+    assert np.corrcoef(np.abs(out[:22050]), np.abs(audio))[0, 1] > 0  # something of the input survives
+
+
+# -- encode / decode ---------------------------------------------------------------------------
+
+
+def test_codes_are_int64_in_range_one_frame_per_1024_samples(codec, speech):
+    for n in (1, 1023, 1024, 1025, 22050):
+        codes = codec.encode(speech[5000:5000 + n], 22050)
+        assert codes.dtype == np.int64 and codes.shape == (4, -(-n // SPF)), n
+        assert codes.min() >= 0 and codes.max() < codec.config.codebook_size
+
+
+def test_fewer_books_are_a_prefix_of_more(codec, speech, codes8):
+    per_book = [len(np.unique(row)) for row in codes8]
+    assert min(per_book) > 5, per_book  # every book's codes vary (else this would check little)
+    for books in range(1, 9):
+        assert np.array_equal(codec.encode(speech[:22050], 22050, books=books), codes8[:books])
+
+
+def test_every_number_of_books_decodes(codec, codes8):
+    """1..8 rows of codes decode to frames * 1024 samples (the codes here: 3 frames)."""
+    outs = [codec.decode(codes8[:books, :3]) for books in range(1, 9)]
+    assert all(out.shape == (3 * SPF,) and out.dtype == np.float32 and np.isfinite(out).all() for out in outs)
+    assert not np.allclose(outs[0], outs[7])  # the books beyond the first change the audio
+    assert np.array_equal(codec.decode(codes8[:4, :3].astype(np.int16)), outs[3])  # any integer dtype
+
+
+def test_multichannel_audio_is_averaged_and_other_rates_resampled(codec, speech):
+    audio = speech[:11025]
+    stereo = np.stack([audio, audio], axis=1)
+    assert np.array_equal(codec.encode(stereo, 22050), codec.encode(audio, 22050))
+    at16k = resample(audio, 22050, 16000)
+    assert codec.encode(at16k, 16000).shape == codec.encode(audio, 22050).shape
+
+
+# -- streaming ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rate", [22050, 16000])
+@pytest.mark.parametrize("seed", range(3))
+def test_stream_encoder_gives_encodes_codes_exactly(codec, speech, rate, seed):
+    audio = speech if rate == 22050 else resample(speech, 22050, rate)
+    rng = np.random.default_rng(seed)
+    whole = codec.encode(audio, rate, books=8)
+    stream = codec.stream_encoder(rate, books=8)
+    pieces = [stream.push(audio[p]) for p in random_pieces(audio.size, rng, largest=int(rng.choice([300, 3000])))]
+    streamed = np.concatenate(pieces + [stream.flush()], axis=1)
+    assert streamed.dtype == np.int64 and streamed.shape == whole.shape
+    assert np.array_equal(streamed, whole)
+
+
+def test_negative_control_a_perturbed_stream_gives_other_codes(codec, speech):
+    stream = codec.stream_encoder(22050, books=8)
+    perturbed = speech.copy()
+    perturbed[20000:20100] += 0.2
+    streamed = np.concatenate([stream.push(perturbed), stream.flush()], axis=1)
+    changed = (streamed != codec.encode(speech, 22050, books=8)).any(axis=0)
+    assert not changed[:19].any() and changed[19:].any()  # frame 19: its last mel frames' windows reach sample 20000
+
+
+def stream_through(codec: Codec, audio: np.ndarray, lookahead, step: int = 128):
+    """Audio -> stream_encoder -> stream_decoder, ``step`` samples at a time. Returns the output, the
+    mel the decoder handed its vocoder, and for every output sample emitted before the flush how
+    many input samples had arrived when it came out."""
+    encoder, decoder = codec.stream_encoder(22050, books=8), codec.stream_decoder(lookahead=lookahead)
+    mels = []
+    push = decoder._vocoder.push
+    decoder._vocoder.push = lambda frames: (mels.append(frames.clone()), push(frames))[1]
+    outs, arrival = [], []
+    for start in range(0, audio.size, step):
+        out = decoder.push(encoder.push(audio[start:start + step]))
+        outs.append(out)
+        arrival += [min(start + step, audio.size)] * out.size
+    outs += [decoder.push(encoder.flush()), decoder.flush()]
+    return np.concatenate(outs), torch.cat(mels, dim=1), np.array(arrival)
+
+
+def test_stream_decoder_exact_gives_decodes_audio_at_the_stated_latency(codec, speech):
+    audio = speech[:22050]
+    whole = codec.decode(codec.encode(audio, 22050, books=8))
+    out, mel, arrival = stream_through(codec, audio, lookahead=None)
+    assert out.shape == whole.shape
+    assert np.abs(out - whole).max() < 1e-4  # measured 6e-6
+    delay = arrival - np.arange(arrival.size)
+    assert arrival.size > 10000 and delay.max() == codec.algorithmic_latency() == 4666
+
+
+def test_stream_decoder_approximate_differs_only_in_the_vocoder(codec, short):
+    codes = codec.encode(short, 22050, books=8)
+    out, mel, arrival = stream_through(codec, short, lookahead=2)
+    assert out.shape == (codes.shape[1] * SPF,)
+    assert (mel - codec.decode_mel(codes)).abs().max() <= 1e-5  # the causal part is exact
+    delay = arrival - np.arange(arrival.size)
+    assert delay.max() == codec.algorithmic_latency(2) == 1920
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_stream_decoder_takes_codes_in_any_pieces(codec, codes8, seed):
+    codes = codes8[:, :8]
+    whole = codec.decode(codes)
+    decoder = codec.stream_decoder()
+    pieces = [decoder.push(codes[:, p]) for p in random_pieces(8, np.random.default_rng(seed), largest=3)]
+    out = np.concatenate(pieces + [decoder.flush()])
+    assert out.shape == whole.shape and np.abs(out - whole).max() < 1e-4
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("audio,message", [
+    (np.zeros(0, np.float32), "empty"),
+    (np.zeros(22050, np.float32), "silent"),
+    (np.full(22050, 5e-5, np.float32), "silent"),
+    (np.array([0.1, np.nan, 0.2] * 1000, np.float32), "NaN"),
+    (np.array([0.1, np.inf] * 1000, np.float32), "infinite"),
+    (np.ones((2, 22050), np.float32) * 0.1, "shape"),  # channels first
+    (np.ones((4, 100, 2), np.float32) * 0.1, "shape"),
+])
+def test_bad_audio_is_refused_clearly(codec, audio, message):
+    with pytest.raises(CodecInputError, match=message):
+        codec.encode(audio, 22050)
+
+
+def test_bad_book_counts_are_refused(codec, speech):
+    for books in (0, 9, -1):
+        with pytest.raises(CodecInputError, match="books must be 1..8"):
+            codec.encode(speech[:5000], 22050, books=books)
+        with pytest.raises(CodecInputError, match="books must be 1..8"):
+            codec.stream_encoder(22050, books=books)
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda c: c[0], "must be a \\(books, frames\\) array"),
+    (lambda c: c[None], "must be a \\(books, frames\\) array"),
+    (lambda c: c[:, :0], "frames > 0"),
+    (lambda c: c.astype(np.float32), "must be integers"),
+    (lambda c: np.where(c == c[0, 0], -1, c), "must lie in 0..1023"),
+    (lambda c: np.where(c == c[0, 0], 1024, c), "must lie in 0..1023"),
+    (lambda c: np.concatenate([c, c[:1]]), "books must be 1..8, got 9"),
+    (lambda c: c[:0], "frames > 0|books must be 1..8, got 0"),
+])
+def test_bad_codes_are_refused_clearly(codec, codes8, make, message):
+    bad = make(codes8)
+    with pytest.raises(CodecInputError, match=message):
+        codec.decode(bad)
+    decoder = codec.stream_decoder()
+    if bad.ndim == 2 and bad.shape[1] == 0:
+        assert decoder.push(bad).size == 0  # an empty piece is no error while streaming
+    else:
+        with pytest.raises(CodecInputError, match=message):
+            decoder.push(bad)
+
+
+def test_stream_encoder_refuses_non_finite_samples(codec):
+    with pytest.raises(CodecInputError, match="NaN"):
+        codec.stream_encoder(22050).push(np.array([0.0, np.nan], np.float32))

@@ -1,0 +1,102 @@
+"""``burble.codecs.streaming``: causal layers, whole-sequence and piece by piece.
+
+Two properties, each with a negative control that shows the check can fail:
+
+* causality: changing input at time >= t never changes an output that reads only times < t (a
+  centred ``nn.Conv1d`` fails the same check);
+* streaming == whole: inside ``streaming(model)``, pieces of any size (empty ones included) give
+  the whole-sequence output, within 1e-6 (float32 rounding of differently sized convolutions).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from burble.codecs.streaming import CausalConv1d, StreamingGRU, streaming
+from codec_helpers import random_pieces
+
+
+def outputs_changed_before(layer: nn.Module, x: torch.Tensor, t: int, upto: int) -> bool:
+    """Whether adding noise to ``x[..., t:]`` changes any of the outputs ``[..., :upto]``."""
+    with torch.no_grad():
+        base = layer(x)
+        y = x.clone()
+        y[..., t:] += torch.randn_like(y[..., t:])
+        return not torch.equal(layer(y)[..., :upto], base[..., :upto])
+
+
+def streamed(layer: nn.Module, x: torch.Tensor, pieces: list[slice]) -> torch.Tensor:
+    with torch.no_grad(), streaming(layer):
+        return torch.cat([layer(x[..., p]) for p in pieces], dim=2)
+
+
+CONVS = [(3, 1, 1), (3, 1, 3), (4, 2, 1), (7, 1, 2), (5, 3, 1)]  # kernel, stride, dilation
+
+
+@pytest.mark.parametrize("kernel,stride,dilation", CONVS)
+def test_causal_conv_never_reads_the_future(kernel, stride, dilation):
+    torch.manual_seed(0)
+    conv = CausalConv1d(4, 5, kernel, stride=stride, dilation=dilation)
+    x = torch.randn(2, 4, 60)
+    assert conv(x).shape == (2, 5, 60 // stride)
+    for j in (0, 5, 11):
+        # output j reads inputs up to j * stride + stride - 1
+        assert not outputs_changed_before(conv, x, (j + 1) * stride, upto=j + 1)
+        assert outputs_changed_before(conv, x, j * stride + stride - 1, upto=j + 1)  # its last input does count
+
+
+def test_negative_control_a_centred_conv_fails_the_causality_check():
+    torch.manual_seed(0)
+    centred = nn.Conv1d(4, 5, 3, padding=1)
+    assert outputs_changed_before(centred, torch.randn(2, 4, 60), 20, upto=20)
+
+
+@pytest.mark.parametrize("kernel,stride,dilation", CONVS)
+@pytest.mark.parametrize("seed", range(3))
+def test_causal_conv_streamed_in_pieces_equals_whole(kernel, stride, dilation, seed):
+    torch.manual_seed(seed)
+    conv = CausalConv1d(4, 5, kernel, stride=stride, dilation=dilation)
+    x = torch.randn(2, 4, 97)
+    pieces = random_pieces(97, np.random.default_rng(seed), largest=7)
+    whole = conv(x)
+    out = streamed(conv, x, pieces)
+    assert out.shape == whole.shape
+    assert (out - whole).abs().max() <= 1e-6
+
+
+def test_gru_streamed_in_pieces_equals_whole_and_is_causal():
+    torch.manual_seed(0)
+    gru = StreamingGRU(6)
+    x = torch.randn(2, 6, 50)
+    whole = gru(x)
+    for seed in range(3):
+        out = streamed(gru, x, random_pieces(50, np.random.default_rng(seed), largest=6))
+        assert (out - whole).abs().max() <= 1e-6
+    assert not outputs_changed_before(gru, x, 20, upto=20)
+    assert outputs_changed_before(gru, x, 19, upto=20)
+
+
+def test_negative_control_a_stream_without_state_differs():
+    """Outside ``streaming`` each call starts afresh: pieces then do not add up to the whole."""
+    torch.manual_seed(0)
+    model = nn.Sequential(CausalConv1d(3, 3, 3), StreamingGRU(3))
+    x = torch.randn(1, 3, 40)
+    with torch.no_grad():
+        stateless = torch.cat([model(x[..., :20]), model(x[..., 20:])], dim=2)
+        assert (stateless - model(x)).abs().max() > 1e-3
+        assert (streamed(model, x, [slice(0, 20), slice(20, 40)]) - model(x)).abs().max() <= 1e-6
+
+
+def test_streaming_state_starts_empty_in_every_block():
+    torch.manual_seed(0)
+    model = nn.Sequential(CausalConv1d(3, 3, 4, stride=2), StreamingGRU(3))
+    x = torch.randn(1, 3, 30)
+    first = streamed(model, x, [slice(0, 11), slice(11, 30)])
+    again = streamed(model, x, [slice(0, 30)])  # a new block: nothing left over from the first
+    assert first.shape == (1, 3, 15) and (first - again).abs().max() <= 1e-6
+    assert not model[0].streaming_active and model[0]._buffer is None and model[1]._hidden is None
+    with torch.no_grad():
+        assert (model(x) - first).abs().max() <= 1e-6  # and whole-sequence mode works as before
