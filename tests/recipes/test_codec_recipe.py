@@ -1,0 +1,62 @@
+"""The codec recipe's training resumes where it stopped and exports weights ``burble.codecs.load`` reads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN = ROOT / "recipes" / "codec" / "local" / "train.py"
+EXPORT = ROOT / "recipes" / "codec" / "local" / "export.py"
+
+
+def _shard(path: Path, clips: int, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    tensors = {f"{i}.mel": (torch.randn(80, 40 + 8 * i, generator=g) - 5).to(torch.float16) for i in range(clips)}
+    tensors.update({f"{i}.audio": torch.zeros(10, dtype=torch.int16) for i in range(clips)})
+    meta = [{"id": f"x{i}", "text": "t", "length_scale": 1.0} for i in range(clips)]
+    save_file(tensors, str(path), metadata={"clips": json.dumps(meta)})
+
+
+def _train(data: Path, exp: Path, steps: int) -> str:
+    done = subprocess.run(
+        [sys.executable, str(TRAIN), "--data-dir", str(data), "--exp-dir", str(exp), "--steps", str(steps),
+         "--batch-size", "2", "--segment", "16", "--save-every", "2", "--eval-every", "2", "--warmup", "1",
+         "--num-books", "2", "--codebook-size", "16", "--threads", "1"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_training_resumes_from_its_checkpoint_and_exports(tmp_path):
+    data, exp = tmp_path / "data", tmp_path / "exp"
+    data.mkdir()
+    _shard(data / "train_0000.safetensors", 4, seed=0)
+    _shard(data / "heldout_0000.safetensors", 2, seed=1)
+    first = _train(data, exp, steps=2)
+    assert "resumed" not in first
+    state = torch.load(exp / "checkpoint.pt", map_location="cpu", weights_only=False)
+    assert state["step"] == 2 and bool(state["model"]["quantizer.initialized"])
+    second = _train(data, exp, steps=4)
+    assert "resumed at step 2" in second
+    assert torch.load(exp / "checkpoint.pt", map_location="cpu", weights_only=False)["step"] == 4
+
+    weights = tmp_path / "tiny.safetensors"
+    done = subprocess.run([sys.executable, str(EXPORT), "--checkpoint", str(exp / "checkpoint.pt"), "--out", str(weights),
+                           "--default-books", "2"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    from burble.codecs.codec import load
+
+    codec = load(str(weights))
+    assert codec.default_books == 2 and codec.config.codebook_size == 16
+
+
+def test_training_without_data_says_what_to_run(tmp_path):
+    done = subprocess.run([sys.executable, str(TRAIN), "--data-dir", str(tmp_path), "--exp-dir", str(tmp_path / "exp"),
+                           "--steps", "1"], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "run stage 0 first" in done.stderr
