@@ -19,7 +19,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import BinaryIO, Callable, Iterable, Optional, Sequence
 
 from burble.asr.results import WRITERS, TranscriptionResult
 
@@ -45,19 +45,26 @@ def output_paths(output_dir: str | Path, item_id: str, formats: Iterable[str]) -
     return [Path(output_dir) / f"{item_id}.{fmt}" for fmt in formats]
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename (never partial)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
+    """``write(binary_file)`` into a hidden temporary file next to ``path``, then rename it over
+    ``path``: readers and a killed run see the old file or the new one, never half of one."""
+    path = Path(path)
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(temporary, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(temporary, "wb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through ``atomic_write``, creating its folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def write_outputs(result: TranscriptionResult, output_dir: str | Path, item_id: str, formats: Sequence[str]) -> list[Path]:

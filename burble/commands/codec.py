@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 FORMAT = "burble-codec-1"
 APPROXIMATE_LOOKAHEAD = 2  # mel frames: the approximate streaming vocoder's lookahead shown by `info`
@@ -86,21 +85,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def atomic_write(path: str | os.PathLike, write: Callable[[Any], None]) -> None:
-    """``write(binary_file)`` into a hidden temporary file next to ``path``, then rename it over ``path``."""
-    path = Path(path)
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(temporary, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
 
 
 def load_codec(name: str | None):
@@ -200,6 +184,8 @@ def encode(args: argparse.Namespace) -> None:
         "num_samples": np.array(audio.size), "codebook_size": np.array(codec.config.codebook_size),
         "format": np.array(FORMAT),
     }
+    from burble.batch.outputs import atomic_write
+
     try:
         atomic_write(args.output, lambda f: np.savez(f, **fields))
     except OSError as error:
@@ -235,6 +221,8 @@ def decode(args: argparse.Namespace) -> None:
                            f"of {codec.samples_per_frame} samples")
     audio = codec.decode(codes)[: data["num_samples"]]
     audio = np.clip(audio, -1.0, 1.0)
+    from burble.batch.outputs import atomic_write
+
     try:
         atomic_write(args.output, lambda f: sf.write(f, audio, codec.sample_rate, format="WAV", subtype="PCM_16"))
     except OSError as error:
