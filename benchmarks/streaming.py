@@ -33,7 +33,7 @@ Long files: the transcribed long dev recording(s) (80 s) and the short clips joi
 order with 0.3 s of silence between them (references and alignments shifted by the clip offsets).
 
     python benchmarks/streaming.py [--model tiny.en] [--encoders ...] [--policies ...] [--chunks 0.5 1 2]
-        [--lookaheads 0 0.5] [--alignatt-frames N] [--long-chunks 1] [--no-vad] [--decode-at-pauses] [--no-long] [--limit N] [--no-write]
+        [--lookaheads 0 0.5] [--alignatt-frames N] [--long-chunks 1] [--no-vad] [--decode-at-pauses auto|on|off] [--no-long] [--limit N] [--no-write]
 
 ``--limit N`` takes only the first N short clips and no long files (a quick check).
 """
@@ -158,7 +158,7 @@ def time_encode(recognizer: WhisperStreamingRecognizer) -> list[float]:
     return spent
 
 
-DECODE_AT_PAUSES = False  # --decode-at-pauses
+DECODE_AT_PAUSES: Optional[bool] = None  # --decode-at-pauses (None: the recognizer decides)
 
 
 async def simulate(recognizer, audio: np.ndarray, chunk: float, vad: Optional[StreamingVAD]) -> Run:
@@ -300,13 +300,14 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--encoders", nargs="+", choices=ENCODERS, default=["re-encode", "cache-aware"])
     parser.add_argument("--policies", nargs="+", choices=COMMIT_POLICIES, default=list(COMMIT_POLICIES))
     parser.add_argument("--chunks", type=float, nargs="+", default=[0.5, 1.0, 2.0])
-    parser.add_argument("--lookaheads", type=float, nargs="+", default=[0.0, 0.5], help="cache-aware only")
+    parser.add_argument("--lookaheads", type=float, nargs="+", default=[0.0, 0.5, 1.0], help="cache-aware only")
     parser.add_argument("--alignatt-frames", type=int, default=StreamingOptions().alignatt_frames)
     parser.add_argument("--long-chunks", type=float, nargs="+", default=[1.0], help="chunk sizes run on the long files")
     parser.add_argument("--vad", action=argparse.BooleanOptionalAction, default=True, help="gate audio with the VAD")
     parser.add_argument(
-        "--decode-at-pauses", action="store_true",
-        help="decode pending speech at VAD speech pauses (PipelineOptions.decode_at_pauses; off by default)",
+        "--decode-at-pauses", choices=["auto", "on", "off"], default="auto",
+        help="decode pending speech at VAD speech pauses (PipelineOptions.decode_at_pauses); auto: the "
+        "recognizer decides (AlignAtt on, LocalAgreement off)",
     )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--limit", type=int, help="only the first N short clips, no long files (a quick check)")
@@ -322,7 +323,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     asr = burble.load_model(args.model)
     vad = StreamingVAD(VADOptions()) if args.vad else None  # one model; each VADStage resets it
     global DECODE_AT_PAUSES
-    DECODE_AT_PAUSES = args.decode_at_pauses
+    DECODE_AT_PAUSES = {"auto": None, "on": True, "off": False}[args.decode_at_pauses]
     shorts, longs = load_recordings(args.limit, not args.no_long)
     warm_up = Recording("warm-up", shorts[0].audio[: 5 * SAMPLE_RATE], shorts[0].text, [], [])
     for encoder in args.encoders:
@@ -346,7 +347,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     setting = ["encoder", "policy", "chunk s", "lookahead s"]
     body = (
         f"{args.model}, {len(shorts)} short dev clips ({sum(r.seconds for r in shorts):.0f} s), offline greedy WER "
-        f"{100 * offline:.1f}%; VAD {'on' if args.vad else 'off'}{' (decoding at pauses)' if args.decode_at_pauses else ''}; AlignAtt frames {args.alignatt_frames}; previous-"
+        f"{100 * offline:.1f}%; VAD {'on' if args.vad else 'off'}{'' if args.decode_at_pauses == 'auto' else f' (decoding at pauses {args.decode_at_pauses})'}; AlignAtt frames {args.alignatt_frames}; previous-"
         "hypothesis draft on. Simulated real-time clock; columns as in the script's docstring.\n\n"
         + markdown_table(setting + metrics + ["encoder ms / call", "decoder passes / call"], rows)
     )

@@ -44,12 +44,13 @@ class RecognizerChoice:
         pipeline calls the recognizer. Ignored by ``"re-encode"``.
     """
 
-    # Still the default: at 1 s chunks (tiny.en, VAD on, 20 short dev clips; BENCHMARKS.md) the
-    # cache-aware path commits sooner (AWED median 1.23 vs 1.88 s with AlignAtt) at less than half
-    # the compute (RTF 0.22 vs 0.49), but its committed WER is 6.7% vs 5.4% (offline 4.5%), 8.6% vs
-    # 5.1% on base, and it moves with where the chunks fall (4.1-6.1% at 0.9-1.12 s chunks).
-    encoder: str = "re-encode"
-    lookahead_seconds: float = 0.5
+    # The default since the pause commit, the 15 s window and R = 1 s (tiny.en, VAD on, 1 s chunks
+    # at 0.9/1/1.1 s to average out where chunks fall; BENCHMARKS.md): over all 21 dev files through
+    # the pipeline committed WER 5.2% vs 5.0% for re-encode + LocalAgreement-2 (offline 3.9%), and
+    # on the short clips with real-time compute AWED median 1.17 vs 1.81 s at half the compute (RTF
+    # 0.21 vs 0.41). R = 1 s beat 0.5 s (WER 5.2% vs 6.0%) at no extra compute; 1.5 s was no better.
+    encoder: str = "cache-aware"
+    lookahead_seconds: float = 1.0
     encoder_chunk_seconds: float = 1.0
 
     def __post_init__(self) -> None:

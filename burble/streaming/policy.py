@@ -241,6 +241,34 @@ def alignatt_stable_words(
     return stable
 
 
+def trailing_loop_start(tokens: Sequence[int], *, min_repeats: int = 3, min_tokens: int = 6, max_period: int = 24) -> Optional[int]:
+    """Where a decode's trailing loop starts repeating: keep ``tokens[:index]``; ``None``: no loop.
+
+    Whisper fed a short or oddly ending window can loop to its token cap ("go forward 10 meters
+    go forward 10 meters ...", "ffffffff"). A hypothesis *ending* in a unit of ``period`` tokens
+    repeated ``min_repeats`` times (and at least ``min_tokens`` tokens, so "no no no" stays) is
+    such a loop; the index keeps its first occurrence. A loop in the middle is left alone: speech
+    after it says it was not one.
+
+    Args:
+      tokens: the decode's text tokens.
+      min_repeats: consecutive copies of the unit that make a loop.
+      min_tokens: fewest tokens a loop spans (single-token runs need this many).
+      max_period: the longest unit looked for, in tokens.
+    """
+    n = len(tokens)
+    best: Optional[int] = None
+    for period in range(1, min(max_period, n // min_repeats) + 1):
+        start = n - period  # the periodic suffix is tokens[start:], each token equal to the one a period before
+        while start > 0 and tokens[start - 1] == tokens[start - 1 + period]:
+            start -= 1
+        length = n - start
+        if length >= max(min_repeats * period, min_tokens):
+            keep = start + period
+            best = keep if best is None else min(best, keep)
+    return best
+
+
 def ends_sentence(word: Word) -> bool:
     """Whether the word closes a sentence (its text ends with ``.``, ``?``, ``!`` ...)."""
     text = word.word.rstrip().rstrip("\"')]}»”’")

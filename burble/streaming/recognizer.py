@@ -45,7 +45,14 @@ from burble.asr.whisper.timing import Alignment, align
 from burble.asr.window import clamp_word_durations, is_silence
 from burble.decoding.stats import SpeculativeStats
 from burble.streaming.events import StreamEvent, Word
-from burble.streaming.policy import AlignAtt, LocalAgreement, alignatt_stable_words, find_trim_time, normalize_word
+from burble.streaming.policy import (
+    AlignAtt,
+    LocalAgreement,
+    alignatt_stable_words,
+    find_trim_time,
+    normalize_word,
+    trailing_loop_start,
+)
 
 
 COMMIT_POLICIES = ("local-agreement", "alignatt")
@@ -88,7 +95,11 @@ class StreamingOptions:
     # drafts cost more on CPU, where verifying k+1 tokens pays k+1 rows of the 52k-token projection.
     speculative: bool = True
     draft_length: int = 4
-    max_window_seconds: float = 8.0
+    # A forced trim cuts a long sentence mid-way and decodes the rest without its start: over
+    # the 20 short dev clips at 0.9/1/1.1 s chunks (tiny.en, VAD on) 15 s instead of 8 s took the
+    # committed WER from 6.3% to 4.9% (re-encode, LocalAgreement-2) and from 5.6% to 4.4-4.7%
+    # (cache-aware, AlignAtt); the cache-aware window holds up to 17 s within 1500 positions.
+    max_window_seconds: float = 15.0
     prompt_tokens: int = 128
     no_speech_threshold: float = 0.6
     log_prob_threshold: float = -1.0
@@ -96,10 +107,10 @@ class StreamingOptions:
     language: Optional[str] = None
     biasing: Optional[BiasingConfig] = None
     hotwords: tuple[str, ...] = ()
-    # LocalAgreement-2 stays the default: AlignAtt commits ~0.45 s sooner (re-encode, 1 s chunks,
-    # VAD on, tiny.en: AWED median 1.42 vs 1.88 s, WER 5.1% vs 5.4%), but on base its WER is
-    # 6.4% vs 5.1% (BENCHMARKS.md), and one decode's guess is committed without a second vote.
-    policy: str = "local-agreement"
+    # AlignAtt commits each word from one decode as soon as the decoder has attended past it; with
+    # the cache-aware encoder it is the default (factory.RecognizerChoice says what was measured).
+    # LocalAgreement-2 waits for a second decode that agrees: about 0.5 s later per word.
+    policy: str = "alignatt"
     alignatt_frames: int = 10
     alignatt_min_probability: float = 0.0
     # Utterances that start on speech (VAD, microphone) were misheard from their first second
@@ -124,6 +135,7 @@ class RecognizerStats:
 
     decodes: int = 0
     audio_seconds: float = 0.0
+    loops_cut: int = 0  # decodes whose trailing loop was cut (policy.trailing_loop_start)
     decoding: SpeculativeStats = field(default_factory=SpeculativeStats)
 
 
@@ -205,6 +217,27 @@ class WhisperStreamingRecognizer:
         self._previous_tokens = []
         self._previous_words = []
         self._policy.reset()
+        return events
+
+    @property
+    def decodes_at_pauses(self) -> bool:
+        """Whether the pipeline should decode at VAD speech pauses and call :meth:`pause` (AlignAtt)."""
+        return isinstance(self._policy, AlignAtt)
+
+    def pause(self, at_sample: int) -> list[StreamEvent]:
+        """Speech stopped (past the VAD's hangover) after the audio already accepted.
+
+        AlignAtt commits the last decode's tentative words at once: they hold no half-heard word
+        any more, and the endpoint would commit the same words 0.6 s later (after
+        ``silence_after_speech_seconds``) unless speech resumes, when its right context rarely
+        changes a word before the pause. LocalAgreement waits for its second vote (nothing here).
+        """
+        if not isinstance(self._policy, AlignAtt) or not self._policy.tentative:
+            return []
+        events = [self._commit(self._policy.flush())]
+        self._previous_words, self._previous_tokens = [], []
+        events.append(StreamEvent.from_words("partial", [], segment_id=self.segment_id))
+        self._maybe_trim()
         return events
 
     def flush(self) -> list[StreamEvent]:
@@ -297,6 +330,10 @@ class WhisperStreamingRecognizer:
         self.stats.decodes += 1
         tokenizer = self.asr.tokenizer
         tokens = [t for t in window.tokens if t < tokenizer.eot]
+        loop = trailing_loop_start(tokens)
+        if loop is not None:  # never commit (or draft) a loop: keep its first occurrence
+            tokens = tokens[:loop]
+            self.stats.loops_cut += 1
         if is_silence(window, options) or not (tokens or prefix):
             self._previous_tokens = []
             return None

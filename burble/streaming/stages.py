@@ -93,6 +93,14 @@ class Recognizer(Protocol):
         """The utterance ended at ``at_sample``: commit everything, then start a new utterance."""
         ...
 
+    def pause(self, at_sample: int) -> list[StreamEvent]:
+        """Speech stopped at ``at_sample`` (past the VAD's hangover); the utterance may go on.
+
+        Called after all speech up to ``at_sample`` was given to ``accept``, when the stage
+        decodes at pauses. A recognizer may commit words the pause completes (or do nothing).
+        """
+        ...
+
     def flush(self) -> list[StreamEvent]:
         """End of stream: commit everything still pending."""
         ...
@@ -200,7 +208,9 @@ class RecognizerStage:
       recognizer: the streaming recognizer.
       chunk_seconds: gather at least this much speech audio per ``accept`` call (endpoints,
         speech pauses if ``decode_at_pauses``, and the end of the stream pass on whatever is pending).
-      decode_at_pauses: decode pending audio at a ``SpeechPause`` (otherwise pauses are ignored).
+      decode_at_pauses: at a ``SpeechPause``, decode pending audio and call the recognizer's
+        ``pause`` (otherwise pauses are ignored). ``None``: the recognizer's ``decodes_at_pauses``
+        attribute decides (``False`` when it has none).
 
     Attributes:
       calls: recognizer calls made (accept, endpoint, flush).
@@ -208,11 +218,15 @@ class RecognizerStage:
       audio_seconds: speech audio given to ``accept``.
     """
 
-    def __init__(self, recognizer: Recognizer, *, chunk_seconds: float = 1.0, decode_at_pauses: bool = False) -> None:
+    def __init__(
+        self, recognizer: Recognizer, *, chunk_seconds: float = 1.0, decode_at_pauses: Optional[bool] = None
+    ) -> None:
         if chunk_seconds <= 0:
             raise ValueError("chunk_seconds must be > 0")
         self.recognizer = recognizer
         self._chunk = int(round(chunk_seconds * SAMPLE_RATE))
+        if decode_at_pauses is None:
+            decode_at_pauses = bool(getattr(recognizer, "decodes_at_pauses", False))
         self.decode_at_pauses = decode_at_pauses
         self._pending: list[AudioChunk] = []
         self.calls = 0
@@ -256,6 +270,7 @@ class RecognizerStage:
             elif isinstance(item, SpeechPause):
                 if self.decode_at_pauses:
                     out += await self._accept()  # nothing more is coming for now: decode what there is
+                    out += await self._call(self.recognizer.pause, item.at_sample)
             else:
                 out.append(item)
         if self.pending_samples >= self._chunk:

@@ -87,6 +87,10 @@ class FakeRecognizer:
         self._expected = None
         return events
 
+    def pause(self, at_sample: int) -> list[StreamEvent]:
+        self.calls.append(("pause", at_sample))
+        return self._commit_all()
+
     def flush(self) -> list[StreamEvent]:
         self.calls.append(("flush",))
         events = self._commit_all()

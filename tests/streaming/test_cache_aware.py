@@ -173,4 +173,4 @@ def test_options_are_validated():
     with pytest.raises(ValueError):
         CacheAwareOptions(tail_frames=0)
     options = CacheAwareOptions()
-    assert (options.chunk_frames, options.lookahead_frames, options.tail_frames) == (50, 25, 512)
+    assert (options.chunk_frames, options.lookahead_frames, options.tail_frames) == (50, 50, 512)

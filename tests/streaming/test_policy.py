@@ -1,3 +1,5 @@
+import pytest
+
 from burble.streaming.events import Word
 from burble.streaming.policy import (
     AlignAtt,
@@ -7,6 +9,7 @@ from burble.streaming.policy import (
     ends_sentence,
     find_trim_time,
     normalize_word,
+    trailing_loop_start,
 )
 
 
@@ -171,3 +174,31 @@ def test_alignatt_does_not_commit_a_guess():
     assert alignatt_stable_words(counts, peaks, agreed=[False, False, True], **doubtful) == 1
     # ... until the previous hypothesis had it too (a second vote, as LocalAgreement-2 asks).
     assert alignatt_stable_words(counts, peaks, agreed=[False, True, False], **doubtful) == 3
+
+
+# ------------------------------------------------------------------------------- trailing loops
+@pytest.mark.parametrize(
+    ("tokens", "keep"),
+    [
+        ([9, 1, 2, 1, 2, 1, 2], 3),  # a 2-token unit three times: keep one
+        ([7, 8, 1, 2, 3, 1, 2, 3, 1, 2, 3, 1], 5),  # a partial last copy is part of the loop
+        ([9] + [5] * 6, 2),  # "ffffff"
+        ([4, 4, 4, 1, 2, 3, 1, 2, 3, 1, 2, 3], 6),  # the earliest periodic start wins
+    ],
+)
+def test_a_trailing_loop_is_cut_to_its_first_copy(tokens, keep):
+    assert trailing_loop_start(tokens) == keep
+
+
+@pytest.mark.parametrize(
+    "tokens",
+    [
+        [],
+        [1, 2, 3, 4, 5, 6],
+        [9, 5, 5, 5],  # "no no no": too short for a loop
+        [1, 2, 1, 2, 9],  # two copies only
+        [1, 2, 1, 2, 1, 2, 9],  # a repeat in the middle: speech came after it
+    ],
+)
+def test_speech_is_not_a_loop(tokens):
+    assert trailing_loop_start(tokens) is None

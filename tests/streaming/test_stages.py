@@ -56,10 +56,27 @@ def test_recognizer_stage_decodes_pending_audio_at_a_pause():
     piece = np.ones(int(0.4 * SR), np.float32) * 0.1
     asyncio.run(stage.process([AudioChunk(piece, 0)]))
     assert [c[0] for c in recognizer.calls] == []  # less than a chunk: waits
+    out = asyncio.run(stage.process([SpeechPause(len(piece))]))
+    # The pause passes the audio on at once, then tells the recognizer speech stopped.
+    assert [c[0] for c in recognizer.calls] == ["accept", "pause"]
+    assert recognizer.calls[-1] == ("pause", len(piece))
+    assert [e.type for e in out] == ["partial", "final"]  # the fake commits its words at a pause
     asyncio.run(stage.process([SpeechPause(len(piece))]))
-    assert [c[0] for c in recognizer.calls] == ["accept"]  # the pause passes it on at once
-    asyncio.run(stage.process([SpeechPause(len(piece))]))
-    assert [c[0] for c in recognizer.calls] == ["accept"]  # nothing pending: no empty call
+    assert [c[0] for c in recognizer.calls] == ["accept", "pause", "pause"]  # nothing pending: no empty accept
+    stage.close()
+
+
+@pytest.mark.parametrize("decodes_at_pauses", [True, False])
+def test_the_recognizer_decides_about_pauses_by_default(decodes_at_pauses):
+    recognizer = FakeRecognizer()
+    recognizer.decodes_at_pauses = decodes_at_pauses  # type: ignore[attr-defined]
+    stage = RecognizerStage(recognizer, chunk_seconds=1.0)
+    assert stage.decode_at_pauses is decodes_at_pauses
+    piece = np.ones(int(0.4 * SR), np.float32) * 0.1
+    asyncio.run(stage.process([AudioChunk(piece, 0), SpeechPause(len(piece))]))
+    assert [c[0] for c in recognizer.calls] == (["accept", "pause"] if decodes_at_pauses else [])
+    # An explicit choice wins over the recognizer's.
+    assert RecognizerStage(recognizer, decode_at_pauses=not decodes_at_pauses).decode_at_pauses is (not decodes_at_pauses)
     stage.close()
 
 

@@ -115,9 +115,17 @@ class LimitedRecognizer:
         with self.limiter:
             return self.inner.endpoint(at_sample)
 
+    def pause(self, at_sample: int) -> list[StreamEvent]:
+        with self.limiter:
+            return self.inner.pause(at_sample)
+
     def flush(self) -> list[StreamEvent]:
         with self.limiter:
             return self.inner.flush()
+
+    @property
+    def decodes_at_pauses(self) -> bool:
+        return bool(getattr(self.inner, "decodes_at_pauses", False))
 
 
 class WhisperRecognizerFactory:

@@ -87,6 +87,9 @@ class FloodRecognizer:
     def endpoint(self, at_sample: int) -> list:
         return []
 
+    def pause(self, at_sample: int) -> list:
+        return []
+
     def flush(self) -> list:
         return []
 

@@ -88,6 +88,9 @@ class SlowRecognizer:
     def endpoint(self, at_sample: int) -> list[StreamEvent]:
         return []
 
+    def pause(self, at_sample: int) -> list[StreamEvent]:
+        return []
+
     def flush(self) -> list[StreamEvent]:
         return []
 
