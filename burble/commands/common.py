@@ -113,7 +113,8 @@ def add_recognizer_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lookahead", type=lookahead_seconds, default=choice.lookahead_seconds, metavar="SECONDS",
         help="cache-aware encoder's right context: seconds of future audio each encoded chunk sees "
-             "(0 to 2, rounded to 20 ms; more: better words, later commits); ignored by re-encode",
+             "(0 to 2, rounded to 20 ms; commits never wait for it: the newest audio is encoded with "
+             "every decode); ignored by re-encode",
     )
     parser.add_argument(
         "--policy", choices=COMMIT_POLICIES, default=StreamingDefault("policy"),

@@ -44,11 +44,12 @@ class RecognizerChoice:
         pipeline calls the recognizer. Ignored by ``"re-encode"``.
     """
 
-    # The default since the pause commit, the 15 s window and R = 1 s (tiny.en, VAD on, 1 s chunks
-    # at 0.9/1/1.1 s to average out where chunks fall; BENCHMARKS.md): over all 21 dev files through
-    # the pipeline committed WER 5.2% vs 5.0% for re-encode + LocalAgreement-2 (offline 3.9%), and
-    # on the short clips with real-time compute AWED median 1.17 vs 1.81 s at half the compute (RTF
-    # 0.21 vs 0.41). R = 1 s beat 0.5 s (WER 5.2% vs 6.0%) at no extra compute; 1.5 s was no better.
+    # The default since the pause commit, the 15 s window and R = 1 s (tiny.en, VAD on, 1 s chunks;
+    # BENCHMARKS.md). Committed WER over all 21 dev files through the pipeline, pooled over 0.9/1/1.1 s
+    # chunks (where chunks fall moves one run by 1-2 points): 5.2% with AlignAtt, against 4.6% for
+    # re-encode + AlignAtt and 5.0% for re-encode + LocalAgreement-2 (offline 3.9%), at about half
+    # their compute (RTF 0.20 vs 0.35-0.38 on the short clips in real time). R = 1 s beat 0.5 s
+    # (5.2% vs 6.0%) at no extra compute; 1.5 s was no better.
     encoder: str = "cache-aware"
     lookahead_seconds: float = 1.0
     encoder_chunk_seconds: float = 1.0
