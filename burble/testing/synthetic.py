@@ -195,14 +195,27 @@ def sentences_path() -> Path:
     return shared_dir() / "text" / "ljspeech_sentences.tsv"
 
 
+def read_sentences(path: Path) -> List[tuple]:
+    """The (id, sentence) rows of an LJ Speech style TSV (``id<TAB>sentence``), in file order."""
+    with open(path, encoding="utf-8", newline="") as f:
+        return [(r[0], r[1].strip()) for r in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if len(r) >= 2]
+
+
+def held_out_sentence_ids(repo: Path) -> set:
+    """Sentence ids training recipes never use: the dev set's LJ clips and the biasing sets' items."""
+    ids = {f"LJ001-{i:04d}" for i in range(1, 10)}
+    for path in (repo / "benchmarks" / "data").glob("*.json"):
+        for item in json.loads(path.read_text()).get("items", []):
+            ids.add(str(item.get("id", "")))
+    return ids
+
+
 @functools.lru_cache(maxsize=1)
 def _sentences() -> tuple:
     path = sentences_path()
     if not path.is_file():
         raise FileNotFoundError(f"sentence list not found: {path}")
-    with open(path, encoding="utf-8", newline="") as f:
-        rows = [(r[0], r[1].strip()) for r in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if len(r) >= 2]
-    return tuple(rows)
+    return tuple(read_sentences(path))
 
 
 def pick_sentences(n: int, *, seed: int = 0, min_words: int = 6, max_words: int = 20) -> List[tuple]:

@@ -17,7 +17,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
@@ -33,20 +32,11 @@ import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
 from burble.codecs.mel import SAMPLE_RATE, log_mel  # noqa: E402
-
-
-def excluded_ids(repo: Path) -> set[str]:
-    """Sentence ids never used: the biasing sets' and the dev set's LJ clips."""
-    ids = {f"LJ001-{i:04d}" for i in range(1, 10)}
-    for path in (repo / "benchmarks" / "data").glob("*.json"):
-        for item in json.loads(path.read_text()).get("items", []):
-            ids.add(str(item.get("id", "")))
-    return ids
+from burble.testing.synthetic import held_out_sentence_ids, read_sentences  # noqa: E402
 
 
 def sentence_pool(path: Path, excluded: set[str]) -> list[tuple[str, str]]:
-    with open(path, encoding="utf-8", newline="") as f:
-        rows = [(r[0], r[1].strip()) for r in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if len(r) >= 2]
+    rows = read_sentences(path)
     return [(i, s) for i, s in rows if i not in excluded and 4 <= len(s.split()) <= 30]
 
 
@@ -103,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", type=Path, default=ROOT.parent / "shared" / "text" / "ljspeech_sentences.tsv")
     args = parser.parse_args(argv)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    pool = sentence_pool(args.sentences, excluded_ids(ROOT))
+    pool = sentence_pool(args.sentences, held_out_sentence_ids(ROOT))
     order = np.random.default_rng(args.seed).permutation(len(pool))
     heldout = [pool[i] for i in order[: args.heldout]]
     train = [pool[i] for i in order[args.heldout: args.heldout + args.clips]]

@@ -21,7 +21,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import subprocess
@@ -46,22 +45,13 @@ from burble.asr.search import decode_window  # noqa: E402
 from burble.audio.io import load_audio  # noqa: E402
 from burble.audio.resample import resample  # noqa: E402
 from burble.decoding.kv_cache import KVCache  # noqa: E402
+from burble.testing.synthetic import held_out_sentence_ids, read_sentences  # noqa: E402
 
 ESPEAK_VOICES = ("en-us", "en-gb", "en-us+f3", "en-gb-x-rp")
 
 
-def excluded_ids(repo: Path) -> set[str]:
-    """Sentence ids never used for training: the biasing sets' and the dev set's LJ clips."""
-    ids = {f"LJ001-{i:04d}" for i in range(1, 10)}
-    for path in (repo / "benchmarks" / "data").glob("*.json"):
-        for item in json.loads(path.read_text()).get("items", []):
-            ids.add(str(item.get("id", "")))
-    return ids
-
-
 def sentence_pool(path: Path, excluded: set[str]) -> list[str]:
-    with open(path, encoding="utf-8", newline="") as f:
-        rows = [(r[0], r[1].strip()) for r in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if len(r) >= 2]
+    rows = read_sentences(path)
     return [s for i, s in rows if i not in excluded and 3 <= len(s.split()) <= 30 and s[-1:] in ".?!,;\"'"]
 
 
@@ -105,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    pool = sentence_pool(args.sentences, excluded_ids(ROOT))
+    pool = sentence_pool(args.sentences, held_out_sentence_ids(ROOT))
     rng = np.random.default_rng(args.seed)
     order = rng.permutation(len(pool))
     asr = load_model(args.model)
