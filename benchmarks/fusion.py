@@ -28,8 +28,8 @@ Systems (``--systems``): ``plain``; ``boost-canonical`` (boosting as before issu
 encodings of the surface forms only, no reserved beam slot, a repetition only earns nothing);
 ``boost-splits`` (+ alternative BPE splits and the repeat rules, no reserved slot); ``boost`` (the
 defaults: + the reserved beam slot); ``boost+phonetic`` (``boost``'s hypotheses corrected by
-:class:`~burble.asr.fusion.phonetic.PhoneticMatcher`, espeak-ng; its time is ``boost``'s plus the
-matching); ``lm``, ``both`` (an LJ Speech 3-gram, needs kenlm);
+:class:`~burble.asr.fusion.phonetic.PhoneticMatcher`, espeak-ng, as ``burble transcribe``,
+``stream`` and ``serve`` do by default; its time is ``boost``'s plus the matching); ``lm``, ``both`` (an LJ Speech 3-gram, needs kenlm);
 ``fw``, ``fw-hotwords`` (faster-whisper, its prompt-based ``hotwords``).
 
 Usage::
@@ -284,12 +284,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         if "boost+phonetic" in chosen:
             if "boost" not in chosen:
                 parser.error("boost+phonetic corrects boost's hypotheses: choose boost too")
-            from burble.asr.fusion.phonetic import PhoneticMatcher, PhoneticOptions, single_token_words
+            from burble.asr.fusion.config import phonetic_matcher
+            from burble.asr.fusion.phonetic import PhoneticOptions
 
             phonetic = PhoneticOptions()
             if args.phonetic_threshold is not None:
                 phonetic = replace(phonetic, threshold=args.phonetic_threshold)
-            matcher = PhoneticMatcher(hotwords, phonetic, common=single_token_words(asr.tokenizer))
+            # The matcher `burble transcribe`/`stream`/`serve` build from the same hotwords.
+            matcher = phonetic_matcher(BiasingConfig(phrases=phrases, phonetic=phonetic), asr.tokenizer)
+            if matcher is None:
+                parser.error("boost+phonetic needs espeak-ng (apt install espeak-ng)")
         for key in chosen:
             if key == "boost+phonetic":
                 continue  # computed from boost's output below

@@ -22,6 +22,7 @@ from burble.batch.job import ItemRecord, JobConfig
 from burble.batch.outputs import write_outputs
 
 if TYPE_CHECKING:  # the type only: importing the processors would load torch before the model does
+    from burble.asr.fusion.phonetic import PhoneticMatcher
     from burble.asr.processors import ProcessorFactory
 
 # (item id, audio seconds just finished): drives progress bars while a long file is decoded.
@@ -60,10 +61,12 @@ class ItemTranscriber:
         self.asr = burble.load_model(config.model, device=config.device, threads=(threads or config.threads) or None)
         # The job's biasing goes with every call: the model is shared and holds none of its own.
         self.biasing: Optional["ProcessorFactory"] = None
+        self.phonetic: Optional["PhoneticMatcher"] = None  # hotwords' post-search correction
         if config.biasing is not None and getattr(config.biasing, "enabled", False):
-            from burble.asr.fusion.config import processor_factory
+            from burble.asr.fusion.config import phonetic_matcher, processor_factory
 
             self.biasing = processor_factory(config.biasing, self.asr.tokenizer)
+            self.phonetic = phonetic_matcher(config.biasing, self.asr.tokenizer)
         self.batched = None
         if config.batch is not None:
             from burble.batch.batched import BatchedTranscriber
@@ -79,6 +82,10 @@ class ItemTranscriber:
             yield from self._batched(items, tick)
 
     def _finish(self, item: AudioItem, result: TranscriptionResult, started: float) -> ItemRecord:
+        if self.phonetic is not None:
+            from burble.asr.fusion.phonetic import correct_result
+
+            result = correct_result(result, self.phonetic)
         try:
             paths = write_outputs(result, self.config.output_dir, item.id, self.config.formats)
         except OSError as error:

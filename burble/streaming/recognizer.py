@@ -36,10 +36,9 @@ import torch
 from burble.asr.frontend import HOP_LENGTH, N_FRAMES, log_mel_spectrogram, pad_or_trim
 from burble.audio import SAMPLE_RATE
 from burble.asr.fusion.boosting import as_phrases
-from burble.asr.fusion.config import BiasingConfig, processor_factory
+from burble.asr.fusion.config import BiasingConfig, phonetic_matcher, processor_factory
 from burble.asr.options import TranscribeOptions
 from burble.asr.pipeline import WhisperASR
-from burble.asr.processors import ProcessorFactory
 from burble.asr.prompt import sot_sequence
 from burble.asr.whisper.timing import Alignment, align
 from burble.asr.window import clamp_word_durations, is_silence
@@ -56,6 +55,12 @@ from burble.streaming.policy import (
 
 
 COMMIT_POLICIES = ("local-agreement", "alignatt")
+
+
+# Less audio than this after the last committed word holds no new word. Decoding it anyway (the
+# hangover left after a pause commit and a trim, at the end of a stream) let a boosted hotword be
+# written into 20 ms ("... with his sister. Gdansk"): its bonus makes the invention look confident.
+MIN_UNHEARD_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -164,7 +169,11 @@ class WhisperStreamingRecognizer:
             speculative="auto" if options.speculative else "off",
             draft_length=options.draft_length,
         )
-        self.biasing = _stream_biasing(asr, options)
+        biasing = _stream_biasing(options)
+        self.biasing = processor_factory(biasing, asr.tokenizer)
+        # Hotwords' phonetic correction touches only what is emitted: the decoder keeps its own
+        # spelling in its forced prefix and prompt, as offline decoding does.
+        self.phonetic = phonetic_matcher(biasing, asr.tokenizer)
         self.stats = RecognizerStats()
         self.segment_id = 0
         self._audio = np.zeros(0, dtype=np.float32)
@@ -250,8 +259,13 @@ class WhisperStreamingRecognizer:
 
     def _commit(self, words: list[Word]) -> StreamEvent:
         self._committed_words.extend(words)
-        self._utterance_words.extend(words)
-        return StreamEvent.from_words("final", words, segment_id=self.segment_id)
+        shown = self._shown(words)
+        self._utterance_words.extend(shown)
+        return StreamEvent.from_words("final", shown, segment_id=self.segment_id)
+
+    def _shown(self, words: list[Word]) -> list[Word]:
+        """Words as emitted: with the hotwords' phonetic correction, if any."""
+        return self.phonetic.correct_words(words) if self.phonetic is not None and words else words
 
     def _encode(self) -> tuple[torch.Tensor, int]:
         """Encoder states of the window zero-padded to 30 s, and its count of real mel frames."""
@@ -262,13 +276,16 @@ class WhisperStreamingRecognizer:
     def _decode_and_commit(self) -> list[StreamEvent]:
         """Re-decode the window, commit what the policy confirms, report the rest as partial."""
         events: list[StreamEvent] = []
+        heard_until = max(self._window_start / SAMPLE_RATE, self._utterance_words[-1].end if self._utterance_words else 0.0)
+        if (self._window_start + len(self._audio)) / SAMPLE_RATE - heard_until < MIN_UNHEARD_SECONDS:
+            return events  # no room for a word: a decode would only invent one
         if isinstance(self._policy, AlignAtt):
             committed = self._policy.insert(*self._decode_alignatt())
         else:
             committed = self._policy.insert(self._decode_words())
         if committed:
             events.append(self._commit(committed))
-        events.append(StreamEvent.from_words("partial", self._policy.tentative, segment_id=self.segment_id))
+        events.append(StreamEvent.from_words("partial", self._shown(self._policy.tentative), segment_id=self.segment_id))
         self._maybe_trim()
         return events
 
@@ -376,9 +393,9 @@ class WhisperStreamingRecognizer:
             self._history_tokens = self._history_tokens[-self.options.prompt_tokens :]
 
 
-def _stream_biasing(asr: WhisperASR, options: StreamingOptions) -> Optional[ProcessorFactory]:
-    """The per-window processor factory of a stream's ``biasing`` and ``hotwords`` (``None``: none)."""
+def _stream_biasing(options: StreamingOptions) -> BiasingConfig:
+    """A stream's ``biasing`` with its ``hotwords`` (e.g. a WebSocket session's) added."""
     config = options.biasing or BiasingConfig()
     if options.hotwords:
         config = dataclasses.replace(config, phrases=config.phrases + tuple(as_phrases(options.hotwords)))
-    return processor_factory(config, asr.tokenizer)
+    return config

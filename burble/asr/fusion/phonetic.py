@@ -8,15 +8,22 @@ distance over phoneme characters) and replaces the closest run that clears ``thr
 
 It needs the ``espeak-ng`` program (``apt install espeak-ng``); :func:`espeak_available` tells.
 Words are phonemized once each (one ``espeak-ng`` call per batch of new words) and cached.
+
+:meth:`PhoneticMatcher.correct` works on text, :meth:`~PhoneticMatcher.correct_words` on timed
+words (a replaced run keeps the span of its words), :func:`correct_result` on a transcription.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence, TypeVar
+
+if TYPE_CHECKING:
+    from burble.asr.results import TranscriptionResult
 
 Phonemizer = Callable[[Sequence[str]], list[str]]
 
@@ -79,6 +86,28 @@ def similarity(a: str, b: str) -> float:
     return 1.0 - previous[-1] / max(len(a), len(b))
 
 
+@dataclass(frozen=True)
+class Replacement:
+    """Tokens ``start:end`` sound like a phrase: ``text`` is the phrase with their punctuation."""
+
+    start: int
+    end: int
+    text: str
+    score: float
+
+
+class TimedWord(Protocol):
+    """What :meth:`PhoneticMatcher.correct_words` needs of a word (ASR results' and streaming's alike)."""
+
+    word: str
+    start: float
+    end: float
+    probability: float
+
+
+W = TypeVar("W", bound=TimedWord)
+
+
 class PhoneticMatcher:
     """Replaces hypothesis word runs that sound like a phrase with the phrase.
 
@@ -99,6 +128,9 @@ class PhoneticMatcher:
         self._cache: dict[str, str] = {}
         self.phrases = [" ".join(p.split()) for p in phrases]
         self._words = {self._key(w) for p in self.phrases for w in p.split()}
+        # A capitalised phrase written in lower case ("grzegorz" for "Grzegorz") is rewritten as
+        # given (a lower-case phrase is left alone: "Kubernetes" may start a sentence).
+        self._spelled = {tuple(self._key(w) for w in p.split()): p for p in self.phrases if p != p.lower()}
         self._targets = [(p, "".join(self._phonemes([self._key(w) for w in p.split()]))) for p in self.phrases]
         self._targets = [(p, ph) for p, ph in self._targets if len(ph) >= options.min_phonemes]
 
@@ -112,17 +144,26 @@ class PhoneticMatcher:
             self._cache.update(zip(missing, self._phonemize(missing)))
         return [self._cache[w] for w in words]
 
-    def correct(self, text: str) -> str:
-        """``text`` with every close-sounding run replaced by its phrase (best matches first, no overlaps)."""
-        tokens = text.split()
-        parts = [_WORD.match(t) for t in tokens]
+    def find(self, tokens: Sequence[str]) -> list[Replacement]:
+        """The runs of ``tokens`` (words as written, punctuation attached) that sound like a phrase.
+
+        Best matches first, no overlaps; returned in text order.
+        """
+        parts = [_WORD.match(t.strip()) for t in tokens]
         cores = [self._key(m.group(2)) if m else "" for m in parts]
-        phonemes = self._phonemes([c for c in cores if c])
-        by_core = dict(zip([c for c in cores if c], phonemes))
+        words = [c for c in cores if c]
+        by_core = dict(zip(words, self._phonemes(words)))
         candidates: list[tuple[float, int, int, str]] = []
         for start in range(len(tokens)):
             for end in range(start + 1, min(len(tokens), start + self.options.max_words) + 1):
                 span = cores[start:end]
+                phrase = self._spelled.get(tuple(span))
+                inner_punctuation = any(parts[k] and parts[k].group(3) for k in range(start, end - 1))
+                if phrase is not None and all(span) and not inner_punctuation:
+                    written = [parts[k].group(2) for k in range(start, end)]  # type: ignore[union-attr]
+                    if written != phrase.split():
+                        candidates.append((2.0, start, end, phrase))  # before any sound-alike
+                    continue
                 if not all(span) or any(c in self._words for c in span):
                     continue  # punctuation-only tokens, or a word of a phrase already
                 if all(self._common(c) for c in span):
@@ -137,26 +178,62 @@ class PhoneticMatcher:
                     if score >= self.options.threshold:
                         candidates.append((score, start, end, phrase))
         taken = [False] * len(tokens)
-        replacements: dict[int, tuple[int, str]] = {}
+        found: list[Replacement] = []
         for score, start, end, phrase in sorted(candidates, key=lambda c: (-c[0], c[1])):
             if any(taken[start:end]):
                 continue
             taken[start:end] = [True] * (end - start)
-            replacements[start] = (end, phrase)
+            lead = parts[start].group(1) if parts[start] else ""
+            trail = parts[end - 1].group(3) if parts[end - 1] else ""
+            found.append(Replacement(start, end, lead + phrase + trail, score))
+        return sorted(found, key=lambda r: r.start)
+
+    def correct(self, text: str) -> str:
+        """``text`` with every close-sounding run replaced by its phrase (leading space kept)."""
+        tokens = text.split()
         out, i = [], 0
-        while i < len(tokens):
-            if i in replacements:
-                end, phrase = replacements[i]
-                lead = parts[i].group(1) if parts[i] else ""
-                trail = parts[end - 1].group(3) if parts[end - 1] else ""
-                out.append(lead + phrase + trail)
-                i = end
-            else:
-                out.append(tokens[i])
-                i += 1
-        return " ".join(out)
+        for r in self.find(tokens):
+            out += tokens[i : r.start] + [r.text]
+            i = r.end
+        out += tokens[i:]
+        return text[: len(text) - len(text.lstrip())] + " ".join(out)
+
+    def correct_words(self, words: Sequence[W]) -> list[W]:
+        """Timed words (Whisper style, leading spaces) with close-sounding runs replaced.
+
+        A replaced run becomes one word from the first word's start to the last one's end, with
+        the run's lowest probability; the other words are returned as they are.
+        """
+        out: list[W] = []
+        i = 0
+        for r in self.find([w.word for w in words]):
+            out += words[i : r.start]
+            run = words[r.start : r.end]
+            space = " " if run[0].word.startswith(" ") else ""
+            out.append(dataclasses.replace(
+                run[0], word=space + r.text.strip(), end=run[-1].end, probability=min(w.probability for w in run)
+            ))
+            i = r.end
+        out += words[i:]
+        return out
 
 
 def single_token_words(tokenizer) -> Callable[[str], bool]:
     """``word -> whether " word" is one token`` of the tokenizer (a common word)."""
     return lambda word: len(tokenizer.encode(" " + word)) == 1
+
+
+def correct_result(result: "TranscriptionResult", matcher: PhoneticMatcher) -> "TranscriptionResult":
+    """A copy of ``result`` whose segment texts and words have close-sounding runs replaced.
+
+    Segment ``tokens`` stay the decoder's own (they are what it produced).
+    """
+    segments = [
+        dataclasses.replace(
+            segment,
+            text=matcher.correct(segment.text),
+            words=matcher.correct_words(segment.words) if segment.words is not None else None,
+        )
+        for segment in result.segments
+    ]
+    return dataclasses.replace(result, segments=segments)

