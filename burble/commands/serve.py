@@ -36,6 +36,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--token-file", default=None, help="file holding the bearer token clients must send")
     parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", help="browser origin allowed besides this server's own page (repeatable; * for any)")
     parser.add_argument("--max-sessions", type=int, default=8, help="concurrent sessions (more are refused with code 1013)")
+    parser.add_argument(
+        "--admit-max-lag", type=float, default=2.0, metavar="SECONDS",
+        help="refuse new sessions (code 1013, with a retry_after hint) while an open session's recognition lags this far behind its audio; 0: never",
+    )
     parser.add_argument("--max-message-bytes", type=int, default=1 << 19, help="largest WebSocket message")
     parser.add_argument("--max-session-seconds", type=float, default=3600.0, help="longest session (wall time)")
     parser.add_argument("--idle-timeout", type=float, default=30.0, help="end sessions silent for this long (s)")
@@ -68,6 +72,7 @@ def options_from_args(args: argparse.Namespace):
         token=token,
         allowed_origins=tuple(args.allow_origin),
         max_sessions=args.max_sessions,
+        admit_max_lag_seconds=args.admit_max_lag if args.admit_max_lag > 0 else None,
         max_message_bytes=args.max_message_bytes,
         max_session_seconds=args.max_session_seconds,
         idle_timeout_seconds=args.idle_timeout,

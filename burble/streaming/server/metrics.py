@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Mapping
 
 from burble.streaming.loop import PipelineMetrics
 
@@ -20,7 +20,7 @@ class ServerMetrics:
 
     Attributes:
       sessions_total: sessions that sent a valid ``start``.
-      rejected: connections refused, by reason (``auth``, ``origin``, ``busy``, ``shutting_down``).
+      rejected: connections refused, by reason (``auth``, ``origin``, ``busy``, ``lagging``, ``shutting_down``).
       errors: protocol errors sent, by error code.
       closes: sessions ended, by WebSocket close code.
       audio_seconds: audio received by finished sessions.
@@ -45,9 +45,11 @@ class ServerMetrics:
         self.recognizer_seconds += metrics.recognizer_seconds
         self.dropped_seconds += metrics.dropped_seconds
 
-    def snapshot(self, active: Iterable[PipelineMetrics], *, sessions_active: int, compute_running: int, compute_waiting: int) -> dict:
-        """All values as a JSON-ready dict (totals include the running sessions)."""
-        active = list(active)
+    def snapshot(
+        self, sessions: Mapping[str, PipelineMetrics], *, sessions_active: int, compute_running: int, compute_waiting: int
+    ) -> dict:
+        """All values as a JSON-ready dict (totals include the running sessions, by session id)."""
+        active = list(sessions.values())
         audio = self.audio_seconds + sum(m.audio_seconds for m in active)
         busy = self.recognizer_seconds + sum(m.recognizer_seconds for m in active)
         return {
@@ -62,6 +64,8 @@ class ServerMetrics:
             "rtf": round(busy / audio, 4) if audio else 0.0,
             "dropped_seconds": round(self.dropped_seconds + sum(m.dropped_seconds for m in active), 3),
             "max_lag_seconds": round(max((m.max_lag_seconds for m in active), default=0.0), 3),
+            "lag_seconds": round(max((m.lag_seconds for m in active), default=0.0), 3),
+            "session_lag_seconds": {session_id: round(m.lag_seconds, 3) for session_id, m in sessions.items()},
             "events": dict(self.events),
             "compute_running": compute_running,
             "compute_waiting": compute_waiting,
@@ -93,6 +97,7 @@ def prometheus_text(snapshot: dict) -> str:
     metric("real_time_factor", "gauge", "Recognizer seconds per audio second.", [("", s["rtf"])])
     metric("dropped_seconds_total", "counter", "Audio dropped because recognition fell behind.", [("", s["dropped_seconds"])])
     metric("max_lag_seconds", "gauge", "Largest processing lag among open sessions.", [("", s["max_lag_seconds"])])
+    metric("lag_seconds", "gauge", "Current processing lag of each open session.", labelled("session", s["session_lag_seconds"]))
     metric("compute_running", "gauge", "Recognizer calls running.", [("", s["compute_running"])])
     metric("compute_waiting", "gauge", "Recognizer calls waiting for a compute slot.", [("", s["compute_waiting"])])
     metric("uptime_seconds", "gauge", "Seconds since the server started.", [("", s["uptime_seconds"])])

@@ -23,6 +23,10 @@ class ServerOptions:
         without an ``Origin`` header (non-browser clients) and same-origin pages (the built-in page)
         are always allowed; ``"*"`` allows every origin.
       max_sessions: concurrent sessions; more get ``error server_busy`` and close code 1013.
+      admit_max_lag_seconds: a new session is refused the same way (with a ``retry_after``
+        hint) while an open session's recognition lags this far behind its audio: the compute
+        is spent, and one more stream would slow every stream down (``None``: only
+        ``max_sessions`` limits).
       max_message_bytes: largest WebSocket message accepted (close code 1009 beyond).
       max_session_seconds: a session is ended (finals flushed) after this much wall time.
       idle_timeout_seconds: a session that sends nothing for this long is ended.
@@ -47,6 +51,7 @@ class ServerOptions:
     token: Optional[str] = None
     allowed_origins: tuple[str, ...] = ()
     max_sessions: int = 8
+    admit_max_lag_seconds: Optional[float] = 2.0
     max_message_bytes: int = 1 << 19
     max_session_seconds: float = 3600.0
     idle_timeout_seconds: float = 30.0
@@ -68,6 +73,8 @@ class ServerOptions:
             raise ValueError("token must not be empty")
         if self.max_sessions < 1:
             raise ValueError("max_sessions must be >= 1")
+        if self.admit_max_lag_seconds is not None and self.admit_max_lag_seconds <= 0:
+            raise ValueError("admit_max_lag_seconds must be > 0 (or None)")
         if self.max_message_bytes < 1024:
             raise ValueError("max_message_bytes must be >= 1024")
         for name in ("max_session_seconds", "idle_timeout_seconds", "send_timeout_seconds", "shutdown_grace_seconds", "source_buffer_seconds"):

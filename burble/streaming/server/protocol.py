@@ -74,14 +74,16 @@ class ProtocolError(Exception):
     Args:
       code: machine-readable error code.
       message: what was wrong, for a human.
+      retry_after: seconds after which trying again may succeed (``server_busy``), if known.
     """
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, *, retry_after: Optional[float] = None) -> None:
         if code not in CLOSE_CODES:
             raise ValueError(f"unknown error code {code!r}")
         super().__init__(message)
         self.code = code
         self.message = message
+        self.retry_after = retry_after
 
     @property
     def close_code(self) -> int:
@@ -89,7 +91,10 @@ class ProtocolError(Exception):
 
     def to_message(self) -> dict[str, Any]:
         """The ``error`` message that tells the client about this error."""
-        return {"type": "error", "code": self.code, "message": self.message}
+        message: dict[str, Any] = {"type": "error", "code": self.code, "message": self.message}
+        if self.retry_after is not None:
+            message["retry_after"] = round(self.retry_after, 1)
+        return message
 
 
 # ------------------------------------------------------------------------------------ JSON

@@ -43,7 +43,7 @@ from burble.streaming.server.dialects import websocket_routes
 from burble.streaming.server.http import json_response, static_response, text_response
 from burble.streaming.server.metrics import ServerMetrics, prometheus_text
 from burble.streaming.server.options import ServerOptions
-from burble.streaming.server.protocol import CLOSE_TRY_LATER, ProtocolError, dumps
+from burble.streaming.server.protocol import ProtocolError, dumps
 from burble.streaming.server.recognizers import ComputeLimiter, RecognizerFactory
 from burble.streaming.server.security import origin_allowed, presented_token, token_matches
 from burble.streaming.server.session import Session
@@ -241,7 +241,7 @@ class AsrServer:
     def snapshot(self) -> dict:
         """Current metrics (what ``/metrics.json`` returns)."""
         return self.metrics.snapshot(
-            (s.metrics for s in self.sessions.values()),
+            {session_id: s.metrics for session_id, s in self.sessions.items()},
             sessions_active=len(self.sessions),
             compute_running=self.limiter.running,
             compute_waiting=self.limiter.waiting,
@@ -251,18 +251,14 @@ class AsrServer:
     async def _handle(self, connection: ServerConnection) -> None:
         path = urlsplit(connection.request.path).path if connection.request else "/ws"
         session_id = f"{self._prefix}-{next(self._ids)}"
-        if self._closing or len(self.sessions) >= self.options.max_sessions:
-            reason = "shutting_down" if self._closing else "busy"
+        refusal = self._refusal()
+        if refusal is not None:
+            reason, error = refusal
             self.metrics.rejected[reason] += 1
-            error = (
-                ProtocolError("shutting_down", "the server is shutting down")
-                if self._closing
-                else ProtocolError("server_busy", f"the server is at its limit of {self.options.max_sessions} sessions; try again later")
-            )
             logger.warning("rejected: %s", error.message, extra={"event": "rejected", "reason": reason})
             try:
                 await connection.send(dumps(error.to_message()))
-                await connection.close(error.close_code if self._closing else CLOSE_TRY_LATER)
+                await connection.close(error.close_code)
             except Exception:
                 pass
             return
@@ -270,6 +266,28 @@ class AsrServer:
         session = self.routes[path](self.context, connection, session_id)
         self.sessions[session_id] = session
         await session.run()
+
+    def lag_seconds(self) -> float:
+        """The largest current lag (captured, not yet recognised audio) among open sessions."""
+        return max((s.metrics.lag_seconds for s in self.sessions.values()), default=0.0)
+
+    def _refusal(self) -> Optional[tuple[str, ProtocolError]]:
+        """Why a new connection is refused now (the ``rejected`` reason and the error), or ``None``."""
+        if self._closing:
+            return "shutting_down", ProtocolError("shutting_down", "the server is shutting down")
+        if len(self.sessions) >= self.options.max_sessions:
+            return "busy", ProtocolError(
+                "server_busy", f"the server is at its limit of {self.options.max_sessions} sessions; try again later",
+                retry_after=5.0,
+            )
+        limit, lag = self.options.admit_max_lag_seconds, self.lag_seconds()
+        if limit is not None and lag >= limit:
+            # Until the lagging stream has caught up: a fresh stream now would slow every one down.
+            return "lagging", ProtocolError(
+                "server_busy", f"recognition lags {lag:.1f} s behind its audio (limit {limit:g} s); try again later",
+                retry_after=max(1.0, lag),
+            )
+        return None
 
     def _unregister(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)

@@ -122,9 +122,10 @@ def test_metrics_snapshot_and_prometheus_text():
     metrics.closes[1000] += 2
     metrics.events["final"] += 7
     metrics.add_session(PipelineMetrics(audio_seconds=10.0, recognizer_seconds=4.0, dropped_seconds=0.5))
-    live = PipelineMetrics(audio_seconds=10.0, recognizer_seconds=1.0, max_lag_seconds=1.25)
-    snap = metrics.snapshot([live], sessions_active=1, compute_running=1, compute_waiting=0)
+    live = PipelineMetrics(audio_seconds=10.0, recognizer_seconds=1.0, lag_seconds=0.5, max_lag_seconds=1.25)
+    snap = metrics.snapshot({"s-1": live}, sessions_active=1, compute_running=1, compute_waiting=0)
     assert snap["audio_seconds"] == 20.0 and snap["rtf"] == 0.25 and snap["max_lag_seconds"] == 1.25
+    assert snap["lag_seconds"] == 0.5 and snap["session_lag_seconds"] == {"s-1": 0.5}
     text = prometheus_text(snap)
     samples = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
     assert samples["burble_sessions_active"] == "1"
@@ -132,6 +133,7 @@ def test_metrics_snapshot_and_prometheus_text():
     assert samples['burble_closes_total{code="1000"}'] == "2"
     assert samples["burble_real_time_factor"] == "0.25"
     assert samples["burble_dropped_seconds_total"] == "0.5"
+    assert samples['burble_lag_seconds{session="s-1"}'] == "0.5"
     assert all(line.startswith(("# HELP burble_", "# TYPE burble_")) for line in text.splitlines() if line.startswith("#"))
 
 

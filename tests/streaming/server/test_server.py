@@ -420,3 +420,40 @@ def test_vosk_dialect_at_the_root(fake_factory, speech, tmp_path):
         with pytest.raises(ConnectionClosed):
             asyncio.run(vosk_test_py(f"ws://127.0.0.1:{burble_root.port}", wav_path, refused))
     assert [(r.get("type"), r.get("code")) for r in refused] == [("error", "bad_message")]
+
+
+def test_new_sessions_wait_while_recognition_lags(speech):
+    """A live session whose recognizer cannot keep up (1.5 s per call) falls seconds behind its
+    audio; a new connection meanwhile is refused with server_busy, 1013 and a retry hint, and
+    admitted once the lagging session is gone. Negative control: without the lag limit the same
+    connection is admitted."""
+    audio, _ = speech
+    frames = [pcm16(audio[i : i + 1600]) for i in range(0, len(audio) - 1600, 1600)]
+    for limit in (1.0, None):
+        with ServerThread(FakeFactory(delay=1.5), options_for_tests(admit_max_lag_seconds=limit)) as server:
+            slow, _ = open_session(server.url)  # live: audio keeps arriving while a call runs
+            deadline, i = time.monotonic() + 20, 0
+            while server.snapshot()["lag_seconds"] < 1.5 and time.monotonic() < deadline:
+                slow.send(frames[i % len(frames)])
+                i += 1
+                time.sleep(0.1)
+            snapshot = server.snapshot()
+            assert snapshot["lag_seconds"] >= 1.5 and max(snapshot["session_lag_seconds"].values()) >= 1.5
+            if limit is None:
+                other, ready = open_session(server.url)
+                assert ready["type"] == "ready"
+                other.close()
+            else:
+                with connect(server.url) as c:
+                    messages, code = read_until_closed(c)
+                assert errors(messages) == ["server_busy"] and code == 1013
+                assert "lags" in messages[0]["message"] and messages[0]["retry_after"] >= 1.0
+                assert server.snapshot()["rejected"] == {"lagging": 1}
+            slow.close()
+            deadline = time.monotonic() + 20
+            while server.session_count() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            other, ready = open_session(server.url)  # nothing lags: admitted
+            assert ready["type"] == "ready"
+            other.close()
+            assert server.wait_idle()
