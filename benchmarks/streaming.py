@@ -33,7 +33,7 @@ Long files: the transcribed long dev recording(s) (80 s) and the short clips joi
 order with 0.3 s of silence between them (references and alignments shifted by the clip offsets).
 
     python benchmarks/streaming.py [--model tiny.en] [--encoders ...] [--policies ...] [--chunks 0.5 1 2]
-        [--lookaheads 0 0.5] [--alignatt-frames N] [--long-chunks 1] [--no-vad] [--decode-at-pauses auto|on|off] [--no-long] [--limit N] [--no-write]
+        [--lookaheads 0 0.5] [--alignatt-frames N] [--alignatt-min-probabilities 0 0.3] [--long-chunks 1] [--no-vad] [--decode-at-pauses auto|on|off] [--no-long] [--limit N] [--no-write]
 
 ``--limit N`` takes only the first N short clips and no long files (a quick check).
 """
@@ -83,9 +83,11 @@ class Config:
     policy: str
     chunk: float
     lookahead: Optional[float]
+    min_probability: Optional[float] = None  # AlignAtt's alignatt_min_probability (None: LocalAgreement)
 
     def cells(self) -> list[str]:
-        return [self.encoder, self.policy, f"{self.chunk:g}", "-" if self.lookahead is None else f"{self.lookahead:g}"]
+        return [self.encoder, self.policy, f"{self.chunk:g}", "-" if self.lookahead is None else f"{self.lookahead:g}",
+                "-" if self.min_probability is None else f"{self.min_probability:g}"]
 
 
 @dataclass
@@ -132,13 +134,15 @@ def grid(args: argparse.Namespace) -> list[Config]:
         for policy in args.policies:
             for chunk in args.chunks:
                 lookaheads = args.lookaheads if encoder == "cache-aware" else [None]
-                configs += [Config(encoder, policy, chunk, lookahead) for lookahead in lookaheads]
+                floors = args.alignatt_min_probabilities if policy == "alignatt" else [None]
+                configs += [Config(encoder, policy, chunk, lookahead, floor) for lookahead in lookaheads for floor in floors]
     return configs
 
 
 def build(asr, config: Config, alignatt_frames: int) -> WhisperStreamingRecognizer:
     choice = RecognizerChoice(encoder=config.encoder, lookahead_seconds=config.lookahead or 0.0)
-    return choice.build(asr, StreamingOptions(policy=config.policy, alignatt_frames=alignatt_frames))
+    floor = {} if config.min_probability is None else {"alignatt_min_probability": config.min_probability}
+    return choice.build(asr, StreamingOptions(policy=config.policy, alignatt_frames=alignatt_frames, **floor))
 
 
 def time_encode(recognizer: WhisperStreamingRecognizer) -> list[float]:
@@ -302,6 +306,10 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--chunks", type=float, nargs="+", default=[0.5, 1.0, 2.0])
     parser.add_argument("--lookaheads", type=float, nargs="+", default=[0.0, 0.5, 1.0], help="cache-aware only")
     parser.add_argument("--alignatt-frames", type=int, default=StreamingOptions().alignatt_frames)
+    parser.add_argument(
+        "--alignatt-min-probabilities", type=float, nargs="+", default=[StreamingOptions().alignatt_min_probability],
+        help="AlignAtt only: words less probable than this wait for the next decode's agreement (grid)",
+    )
     parser.add_argument("--long-chunks", type=float, nargs="+", default=[1.0], help="chunk sizes run on the long files")
     parser.add_argument("--vad", action=argparse.BooleanOptionalAction, default=True, help="gate audio with the VAD")
     parser.add_argument(
@@ -344,7 +352,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             long_rows.append([rec.id] + config.cells() + cells)
         print(f"long files, {' '.join(config.cells())}: done", file=sys.stderr)
     metrics = ["WER", "x offline", "AWED median s", "AWED p90 s", "EOU median s", "compute RTF"]
-    setting = ["encoder", "policy", "chunk s", "lookahead s"]
+    setting = ["encoder", "policy", "chunk s", "lookahead s", "AlignAtt min p"]
     body = (
         f"{args.model}, {len(shorts)} short dev clips ({sum(r.seconds for r in shorts):.0f} s), offline greedy WER "
         f"{100 * offline:.1f}%; VAD {'on' if args.vad else 'off'}{'' if args.decode_at_pauses == 'auto' else f' (decoding at pauses {args.decode_at_pauses})'}; AlignAtt frames {args.alignatt_frames}; previous-"
