@@ -188,6 +188,7 @@ class WhisperStreamingRecognizer:
         self._history_tokens: list[int] = []  # committed text tokens (the prompt)
         self._previous_tokens: list[int] = []  # the last hypothesis (speculative draft)
         self._previous_words: list[Word] = []  # AlignAtt: the last hypothesis's uncommitted words
+        self._sure_at_pause = 0  # AlignAtt: tentative words a speech pause may commit
 
     # -- Recognizer protocol -------------------------------------------------------------------
 
@@ -229,6 +230,7 @@ class WhisperStreamingRecognizer:
         self._window_start = at_sample
         self._previous_tokens = []
         self._previous_words = []
+        self._sure_at_pause = 0
         self._policy.reset()
         return events
 
@@ -243,13 +245,18 @@ class WhisperStreamingRecognizer:
         AlignAtt commits the last decode's tentative words at once: they hold no half-heard word
         any more, and the endpoint would commit the same words 0.6 s later (after
         ``silence_after_speech_seconds``) unless speech resumes, when its right context rarely
-        changes a word before the pause. LocalAgreement waits for its second vote (nothing here).
+        changes a word before the pause. It stops before the first doubtful word (less probable
+        than ``alignatt_min_probability``) that the decode before did not have: that one waits.
+        LocalAgreement waits for its second vote (nothing here).
         """
         if not isinstance(self._policy, AlignAtt) or not self._policy.tentative:
             return []
-        events = [self._commit(self._policy.flush())]
-        self._previous_words, self._previous_tokens = [], []
-        events.append(StreamEvent.from_words("partial", [], segment_id=self.segment_id))
+        sure = min(self._sure_at_pause, len(self._policy.tentative))
+        if not sure:
+            return []  # a doubtful first word: the endpoint, or the decode after speech resumes, decides
+        events = [self._commit(self._policy.insert(self._policy.tentative, sure))]
+        self._previous_words, self._previous_tokens, self._sure_at_pause = self._previous_words[sure:], [], 0
+        events.append(StreamEvent.from_words("partial", self._shown(self._policy.tentative), segment_id=self.segment_id))
         self._maybe_trim()
         return events
 
@@ -319,17 +326,25 @@ class WhisperStreamingRecognizer:
         if self._utterance_words:  # committed times are final: new words never start before them
             floor = self._utterance_words[-1].end
             words = [dataclasses.replace(w, start=max(w.start, floor), end=max(w.end, floor)) for w in words]
+        # Punctuation is often improbable (which mark, not whether a word): only words are judged.
+        probabilities = [w.probability if normalize_word(w.word) else 1.0 for w in words]
+        agreed = [normalize_word(a.word) == normalize_word(b.word) for a, b in zip(words, self._previous_words)]
         stable = alignatt_stable_words(
             counts, alignment.peak_frames, first_row=covered, end_frame=frames // 2,
-            frames_before_end=self.options.alignatt_frames,
-            # Punctuation is often improbable (which mark, not whether a word): only words are judged.
-            word_probabilities=[w.probability if normalize_word(w.word) else 1.0 for w in words],
-            min_probability=self.options.alignatt_min_probability,
-            agreed=[normalize_word(a.word) == normalize_word(b.word) for a, b in zip(words, self._previous_words)],
+            frames_before_end=self.options.alignatt_frames, word_probabilities=probabilities,
+            min_probability=self.options.alignatt_min_probability, agreed=agreed,
+        )
+        # A pause commits the tentative words up to the first doubtful one the previous decode did
+        # not have: committing it at once turned "What your country" into "Like your country".
+        doubtful = next(
+            (i for i, p in enumerate(probabilities)
+             if p < self.options.alignatt_min_probability and not (i < len(agreed) and agreed[i])),
+            len(words),
         )
         if not self._utterance_words and len(self._audio) < self.options.alignatt_first_commit_seconds * SAMPLE_RATE:
             stable = 0  # an utterance's first second is often a guess ("Thank you," for "What your")
         self._previous_words = words[stable:]  # the next hypothesis starts where these do
+        self._sure_at_pause = max(0, doubtful - stable)
         # The next decode's prefix grows by the stable words: the rest is its draft.
         self._previous_tokens = self._previous_tokens[covered - len(prefix) + sum(counts[:stable]) :]
         return words, stable
