@@ -106,6 +106,26 @@ def test_local_agreement_waits_for_its_second_vote_at_a_pause(asr):
     assert tentative and recognizer.pause(int(2.44 * 16000)) == []
 
 
+def test_a_pause_does_not_commit_a_doubtful_word_the_previous_decode_lacked(asr, monkeypatch):
+    """JFK at beam 5 with a hotword: after "Ask not!" one decode says "What your country", the
+    next (at the pause) "Like your country"; both first words are doubtful (probability < 0.3),
+    so the pause commits neither and a later decode settles on "What". Negative control: a pause
+    that commits every tentative word (as before the probability floor) commits "Like"."""
+    audio = load_audio("examples/jfk.wav")
+    options = StreamingOptions(hotwords=("Fauntleroy",), beam_size=5)
+    held, _, _ = stream_array(asr, audio, options=options)
+    assert word_errors(JFK_TEXT, held.committed_text()).errors == 0, held.committed_text()
+    pause = WhisperStreamingRecognizer.pause
+
+    def commit_everything(self, at_sample):
+        self._sure_at_pause = len(self._policy.tentative)
+        return pause(self, at_sample)
+
+    monkeypatch.setattr(WhisperStreamingRecognizer, "pause", commit_everything)
+    eager, _, _ = stream_array(asr, audio, options=options)
+    assert "like your country" in eager.committed_text().lower(), eager.committed_text()
+
+
 # Where chunks fall moves a stream's WER by more than the recognizers differ (the default's
 # measured 4.8%, 5.2%, 5.6% at 1.0, 1.1, 0.9 s chunks), so the dev set is streamed at three sizes.
 DEV_SET_CHUNKS = (0.9, 1.0, 1.1)
