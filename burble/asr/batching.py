@@ -12,7 +12,6 @@ from burble.asr.options import TranscribeOptions
 from burble.asr.processors import ProcessorFactory, window_processors
 from burble.asr.search import best_of_rows, decode_window, decoding_options
 from burble.asr.speculation import drafts_without_hypothesis
-from burble.asr.whisper.model import WhisperTextModel
 from burble.asr.window import WindowResult
 from burble.decoding.generate import generate
 from burble.decoding.stats import SpeculativeStats
@@ -56,7 +55,7 @@ def decode_windows(
     samples = options.best_of if temperature > 0 else 1
     if samples > 1:
         audio_features = audio_features.repeat_interleave(samples, dim=0)
-    text_model = WhisperTextModel(whisper.model, audio_features)
+    text_model = whisper.text_model(audio_features)
     decoding = replace(decoding_options(whisper, prompt, options, temperature), beam_size=1)
     prompts = torch.tensor([prompt], device=whisper.device).repeat(batch * samples, 1)
     with torch.inference_mode():

@@ -14,7 +14,8 @@ import torch
 
 from burble.asr.tokenizer import WhisperTokenizer
 from burble.asr.whisper.loading import Checkpoint
-from burble.asr.whisper.model import Whisper
+from burble.asr.whisper.model import Whisper, WhisperTextModel
+from burble.asr.whisper.static_decoder import StaticSteps, StaticWhisperTextModel
 from burble.decoding.mtp import MTPHeads
 
 # Trained multi-token-prediction draft heads shipped with burble (recipes/mtp_heads reproduces them).
@@ -41,6 +42,8 @@ class LoadedWhisper:
       suppress_ids: the checkpoint's non-speech token list (``None``: the tokenizer's default set).
       suppress_ids_begin: tokens forbidden as the first token of a window (blank, end-of-text).
       draft_heads: trained MTP draft heads for ``--speculative mtp`` (``None``: none for this model).
+      static_steps: run single-token decoder passes at static shapes (CUDA graphs on a GPU; see
+        :mod:`burble.asr.whisper.static_decoder`); ``None``: the dynamic path.
     """
 
     name: str
@@ -49,10 +52,18 @@ class LoadedWhisper:
     suppress_ids: tuple[int, ...] | None
     suppress_ids_begin: tuple[int, ...]
     draft_heads: Optional[MTPHeads] = None
+    static_steps: Optional[StaticSteps] = None
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: Checkpoint, device: str | torch.device = "cpu") -> "LoadedWhisper":
-        model = checkpoint.model.to(device)
+    def from_checkpoint(
+        cls,
+        checkpoint: Checkpoint,
+        device: str | torch.device = "cpu",
+        *,
+        dtype: torch.dtype = torch.float32,
+        static_decode: bool = False,
+    ) -> "LoadedWhisper":
+        model = checkpoint.model.to(device=device, dtype=dtype)
         tokenizer = WhisperTokenizer(checkpoint.tokenizer_path, multilingual=model.dims.multilingual)
         if checkpoint.alignment_heads:
             model.alignment_heads = [(int(layer), int(head)) for layer, head in checkpoint.alignment_heads]
@@ -64,11 +75,18 @@ class LoadedWhisper:
             suppress_ids=tuple(checkpoint.suppress_ids) if checkpoint.suppress_ids else None,
             suppress_ids_begin=tuple(begin),
             draft_heads=_heads_on(shipped_draft_heads(checkpoint.name), model),
+            static_steps=StaticSteps() if static_decode else None,
         )
 
     @property
     def device(self) -> torch.device:
         return self.model.device
+
+    def text_model(self, audio_features: torch.Tensor) -> WhisperTextModel:
+        """The decoder bound to ``audio_features`` ``(1 or B, 1500, D)``, static or dynamic."""
+        if self.static_steps is not None:
+            return StaticWhisperTextModel(self.model, audio_features, self.static_steps)
+        return WhisperTextModel(self.model, audio_features)
 
     @torch.inference_mode()
     def encode(self, mel: torch.Tensor) -> torch.Tensor:

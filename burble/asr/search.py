@@ -17,7 +17,6 @@ from burble.asr.loaded import LoadedWhisper
 from burble.asr.options import TranscribeOptions
 from burble.asr.processors import ProcessorFactory, window_processors
 from burble.asr.speculation import window_drafter
-from burble.asr.whisper.model import WhisperTextModel
 from burble.asr.window import WindowResult
 from burble.decoding.beam import beam_search
 from burble.decoding.generate import GenerationResult, generate
@@ -82,7 +81,7 @@ def decode_window(
       previous_hypothesis: an earlier decode of the same audio, a draft for ``speculative="auto"``.
       extra_processors: this caller's own processors (e.g. a stream's biasing).
     """
-    text_model = WhisperTextModel(whisper.model, audio_features)
+    text_model = whisper.text_model(audio_features)
     decoding = decoding_options(whisper, prompt, options, temperature)
     chain = window_processors(whisper, prompt, options, extra_processors)
     prompt_tensor = torch.tensor([prompt], device=whisper.device)

@@ -30,6 +30,8 @@ class JobConfig:
       formats: output formats (``txt``, ``srt``, ``vtt``, ``json``).
       model: checkpoint name or path (see :func:`burble.load_model`).
       device: torch device.
+      dtype: precision name (``float32``, ``float16``, ``bfloat16``; see :mod:`burble.precision`).
+      static_decode: decoder steps at static shapes, in CUDA graphs on a GPU (``--cuda-graphs``).
       threads: torch CPU threads per worker (0: automatic, see :func:`burble.cpu_threads.worker_threads`).
       options: decoding options.
       batch: batched-window decoding; ``None`` decodes each file long-form (one window at a time,
@@ -41,6 +43,8 @@ class JobConfig:
     formats: tuple[str, ...] = ("txt",)
     model: str = "tiny.en"
     device: str = "cpu"
+    dtype: str = "float32"
+    static_decode: bool = False
     threads: int = 0
     options: TranscribeOptions = field(default_factory=TranscribeOptions)
     batch: Optional[BatchOptions] = None

@@ -58,7 +58,7 @@ class ItemTranscriber:
         import burble
 
         self.config = config
-        self.asr = burble.load_model(config.model, device=config.device, threads=(threads or config.threads) or None)
+        self.asr = burble.load_model(config.model, device=config.device, dtype=config.dtype, static_decode=config.static_decode, threads=(threads or config.threads) or None)
         # The job's biasing goes with every call: the model is shared and holds none of its own.
         self.biasing: Optional["ProcessorFactory"] = None
         self.phonetic: Optional["PhoneticMatcher"] = None  # hotwords' post-search correction

@@ -30,6 +30,7 @@ from burble.codecs.mel import HOP, SAMPLE_RATE, StreamingLogMel, log_mel
 from burble.codecs.model import CodecConfig, MelCodec
 from burble.codecs.streaming import streaming
 from burble.codecs.vocoder import ExactStreamingVocoder, HiFiGAN, StreamingVocoder, exact_lag, load_vocoder, vocode
+from burble.precision import torch_dtype
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 DEFAULT_CODEC = "mel-21hz"
@@ -58,9 +59,24 @@ def save_codec(model: MelCodec, path: Path, *, vocoder: str = "universal", defau
     save_file(state, str(path), metadata=metadata)
 
 
+def load(name: str = DEFAULT_CODEC, *, device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None) -> "Codec":
+    """The shipped codec ``name`` (see ``available_codecs()``) or a ``.safetensors`` path.
+
+    Args:
+      name: codec name or path.
+      device: where ``encode``/``decode`` compute (the streaming variants run on the CPU).
+      dtype: precision of the encoder, decoder and vocoder (``"float32"``, ``"float16"``,
+        ``"bfloat16"``); the quantiser's nearest-code search stays float32.
+    """
+    codec = _load_on_cpu(name)
+    dtype = torch_dtype(dtype)
+    if torch.device(device).type == "cpu" and dtype == torch.float32:
+        return codec
+    return codec.to(device=device, dtype=dtype)
+
+
 @functools.lru_cache(maxsize=4)
-def load(name: str = DEFAULT_CODEC) -> "Codec":
-    """The shipped codec ``name`` (see ``available_codecs()``) or a ``.safetensors`` path."""
+def _load_on_cpu(name: str) -> "Codec":
     from safetensors import safe_open
 
     path = Path(name) if name.endswith(".safetensors") else WEIGHTS_DIR / f"{name}.safetensors"
@@ -134,6 +150,22 @@ class Codec:
             worst = max(worst, code_frames * frame + (N_FFT_REACH - HOP) - n)
         return worst
 
+    @property
+    def device(self) -> torch.device:
+        return self.model.mel_mean.device
+
+    def to(self, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> "Codec":
+        """A copy on ``device`` with encoder, decoder and vocoder in ``dtype`` (the quantiser in float32)."""
+        model = copy.deepcopy(self.model).to(device=device)
+        model.encoder.to(dtype)
+        model.decoder.to(dtype)
+        vocoder = copy.deepcopy(self.vocoder).to(device=device, dtype=dtype)
+        return Codec(name=self.name, model=model, vocoder=vocoder, default_books=self.default_books)
+
+    def _check_streaming_device(self) -> None:
+        if self.device.type != "cpu":
+            raise CodecInputError("the streaming codec runs on the CPU: load it with device='cpu'")
+
     def check_books(self, books: Optional[int]) -> int:
         books = self.default_books if books is None else int(books)
         if not 1 <= books <= self.config.num_books:
@@ -147,12 +179,12 @@ class Codec:
         frames = -(-x.size // self.samples_per_frame)
         x = np.pad(x, (0, frames * self.samples_per_frame - x.size))
         with torch.inference_mode():
-            codes = self.model.encode(log_mel(x)[None], books)[0]
-        return codes.numpy()
+            codes = self.model.encode(log_mel(x)[None].to(self.device), books)[0]
+        return codes.cpu().numpy()
 
     def decode_mel(self, codes: np.ndarray) -> torch.Tensor:
         codes = self.check_codes(codes)
-        return self.model.decode(torch.from_numpy(codes)[None])[0]
+        return self.model.decode(torch.from_numpy(codes)[None].to(self.device))[0]
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
         """22.05 kHz float32 audio for codes ``(books, frames)`` (any 1..num_books leading books)."""
@@ -171,6 +203,7 @@ class Codec:
         return codes.astype(np.int64)
 
     def stream_encoder(self, sample_rate: int, books: Optional[int] = None) -> "StreamingEncoder":
+        self._check_streaming_device()
         return StreamingEncoder(self, sample_rate, self.check_books(books))
 
     def stream_decoder(self, *, lookahead: Optional[int] = None) -> "StreamingDecoder":
@@ -178,6 +211,7 @@ class Codec:
         audio, 147 ms of vocoder lag, each sample computed once); ``lookahead=R``: chunks vocoded
         with 16 frames of context and ``R`` of lookahead (lower latency, an approximation, and
         about ``(20 + R) / 4`` times the vocoder's compute)."""
+        self._check_streaming_device()
         return StreamingDecoder(self, lookahead=lookahead)
 
 

@@ -153,7 +153,8 @@ class MelCodec(nn.Module):
     @torch.inference_mode()
     def encode(self, mel: torch.Tensor, num_books: int) -> torch.Tensor:
         """Codes ``(batch, num_books, mel_frames // hop)`` for mel ``(batch, 80, mel_frames)``."""
-        latent = self.encoder((mel - self.mel_mean) / self.mel_std)
+        dtype = next(self.encoder.parameters()).dtype  # the quantiser stays float32 (nearest codes)
+        latent = self.encoder(((mel - self.mel_mean) / self.mel_std).to(dtype)).float()
         batch, dim, frames = latent.shape
         q = self.quantizer(latent.transpose(1, 2).reshape(-1, dim), num_books)
         return q.codes[:, :num_books].reshape(batch, frames, num_books).transpose(1, 2)
@@ -164,4 +165,5 @@ class MelCodec(nn.Module):
         batch, books, frames = codes.shape
         vectors = self.quantizer.decode(codes.transpose(1, 2).reshape(-1, books))
         latent = vectors.reshape(batch, frames, -1).transpose(1, 2)
-        return self.decoder(latent) * self.mel_std + self.mel_mean
+        dtype = next(self.decoder.parameters()).dtype
+        return self.decoder(latent.to(dtype)).float() * self.mel_std + self.mel_mean

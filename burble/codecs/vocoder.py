@@ -124,8 +124,9 @@ def vocode(vocoder: HiFiGAN, mel: torch.Tensor, *, bf16: bool = False) -> torch.
     ``bf16`` runs the convolutions in bfloat16 (CPU autocast): about 2x faster where the CPU has
     AMX/AVX-512 bf16, at a quality cost ``benchmarks/codec.py`` measures.
     """
+    weight = vocoder.conv_pre.weight  # the generator's device and dtype (``Codec.to``)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        return vocoder(mel[None].float())[0].float()
+        return vocoder(mel[None].to(device=weight.device, dtype=weight.dtype))[0].float().cpu()
 
 
 class StreamingVocoder:

@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from burble.commands.common import add_device_argument
+
 FORMAT = "burble-codec-1"
 APPROXIMATE_LOOKAHEAD = 2  # mel frames: the approximate streaming vocoder's lookahead shown by `info`
 FIELDS = ("codes", "codec", "sample_rate", "frame_rate", "num_samples", "codebook_size", "format")
@@ -62,6 +64,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="codebooks per frame (1 to the codec's number of books; more: better and more bits). "
                              "Default: the codec's default, its <= 1 kbps setting (4 books = 861 bit/s)")
     encode.add_argument("--codec", default=None, help=codec_help + " (default: mel-21hz)")
+    add_device_argument(encode, cuda_graphs=False)
 
     decode = actions.add_parser(
         "decode", help="codes (.npz) -> 22.05 kHz WAV",
@@ -74,6 +77,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     decode.add_argument("input", metavar="CODES.npz", help="a file written by `burble codec encode`")
     decode.add_argument("--output", "-o", required=True, metavar="OUT.wav", help="where the WAV goes")
     decode.add_argument("--codec", default=None, help=codec_help + " (default: the one named in the file)")
+    add_device_argument(decode, cuda_graphs=False)
 
     info = actions.add_parser(
         "info", help="frame rate, books, bitrates, vocoder and latency of a codec",
@@ -87,13 +91,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def load_codec(name: str | None):
-    """``burble.codecs.codec.load`` with any failure (unknown name, unreadable file) as a CommandError."""
+def load_codec(name: str | None, device: str = "cpu", dtype: str = "float32"):
+    """``burble.codecs.codec.load`` with any failure (unknown name, unreadable file, no such
+    device) as a CommandError."""
     from burble.codecs.codec import DEFAULT_CODEC, load
 
     name = name or DEFAULT_CODEC
     try:
-        return load(name)
+        return load(name, device=device, dtype=dtype)
     except Exception as error:  # unknown name, a file that is not a codec, corrupt safetensors: all user input
         raise CommandError(f"cannot load codec {name!r}: {error}") from None
 
@@ -169,7 +174,7 @@ def encode(args: argparse.Namespace) -> None:
     from burble.audio.io import AudioDecodeError, load_audio
     from burble.codecs.codec import CodecInputError
 
-    codec = load_codec(args.codec)
+    codec = load_codec(args.codec, args.device, args.dtype)
     books = check_books(codec, args.books)
     try:
         audio = load_audio(args.input, codec.sample_rate)
@@ -203,7 +208,7 @@ def decode(args: argparse.Namespace) -> None:
     from burble.codecs.codec import CodecInputError
 
     data = read_codes_file(args.input)
-    codec = load_codec(args.codec or data["codec"])
+    codec = load_codec(args.codec or data["codec"], args.device, args.dtype)
     config = codec.config
     if data["sample_rate"] != codec.sample_rate or abs(data["frame_rate"] - config.frame_rate) > 1e-6 * config.frame_rate \
             or data["codebook_size"] != config.codebook_size:

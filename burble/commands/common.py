@@ -1,4 +1,4 @@
-"""Flags that mean the same in every command: ``--device`` (compute), ``--threads``, and the
+"""Flags that mean the same in every command: ``--device`` and ``--dtype`` (compute), ``--threads``, and the
 streaming recognizer's (``--encoder``, ``--lookahead``, ``--policy``, ``--alignatt-frames``).
 
 Torch-free (argparse, and the torch-free :mod:`burble.streaming.factory` for the recognizer
@@ -32,9 +32,20 @@ def thread_count(value: str) -> int:
     return threads
 
 
-def add_device_argument(parser: argparse.ArgumentParser) -> None:
-    """``--device``: where the model computes."""
+def add_device_argument(parser: argparse.ArgumentParser, *, cuda_graphs: bool = True) -> None:
+    """``--device``: where the model computes, ``--dtype``: in what precision, ``--cuda-graphs``: how."""
+    from burble.precision import DEFAULT_DTYPE, DTYPE_NAMES
+
     parser.add_argument("--device", type=compute_device, default="cpu", help="compute device for the model: cpu, cuda, cuda:1, ...")
+    parser.add_argument(
+        "--dtype", choices=DTYPE_NAMES, default=DEFAULT_DTYPE,
+        help="precision of weights and activations (logits stay float32); float16/bfloat16 are for GPUs",
+    )
+    if cuda_graphs:  # only the Whisper decoder has a static-shape step
+        parser.add_argument(
+            "--cuda-graphs", action="store_true",
+            help="replay each single-token decoder step from a CUDA graph at static shapes (GPU; same tokens)",
+        )
 
 
 def add_threads_argument(parser: argparse.ArgumentParser, workers: str) -> None:

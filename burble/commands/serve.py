@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         "loading model %s", args.model,
         extra={"event": "loading_model", "model": args.model, "threads": threads, "encoder": choice.encoder, "policy": streaming.policy},
     )  # fmt: skip
-    asr = burble.load_model(args.model, device=args.device, threads=threads)
+    asr = burble.load_model(args.model, device=args.device, dtype=args.dtype, static_decode=args.cuda_graphs, threads=threads)
     factory = WhisperRecognizerFactory(asr, streaming, model_name=args.model, choice=choice)
 
     async def main() -> None:

@@ -80,7 +80,7 @@ def build_pipeline(args: argparse.Namespace, source, sinks):
 
     choice = recognizer_choice_from_args(args)
     streaming = streaming_options_from_args(args)  # before the model loads: bad options fail fast
-    asr = burble.load_model(args.model, device=args.device, threads=worker_threads(1, args.threads))
+    asr = burble.load_model(args.model, device=args.device, dtype=args.dtype, static_decode=args.cuda_graphs, threads=worker_threads(1, args.threads))
     recognizer = choice.build(asr, streaming)
     pipeline = asr_pipeline(
         source, recognizer, sinks, vad=None if args.no_vad else _vad_options(), options=PipelineOptions(chunk_seconds=args.chunk)

@@ -101,6 +101,8 @@ def config_from_args(args: argparse.Namespace):
         formats=parse_formats(args.output_format),
         model=args.model,
         device=args.device,
+        dtype=args.dtype,
+        static_decode=args.cuda_graphs,
         threads=args.threads,
         options=options_from_args(args),
         batch=BatchOptions(batch_size=args.batch_size, segmentation=args.segmentation) if args.batch_size else None,

@@ -55,3 +55,45 @@ def test_streaming_recognizer_on_cuda(cuda_asr):
     assert all(0 <= w.start <= w.end <= 11.1 for w in finals)
     assert events[-1].type == "endpoint"
     assert recognizer.stats.decoding.drafted > 0  # the previous hypothesis drafted on the GPU too
+
+
+@pytest.fixture(scope="module")
+def cuda_fp16():
+    return burble.load_model("tiny.en", device="cuda", dtype="float16")
+
+
+def test_float16_transcribes_like_float32(cuda_asr, cuda_fp16):
+    assert cuda_fp16.dtype == torch.float16
+    expected = cuda_asr.transcribe("examples/jfk.wav", beam_size=1, word_timestamps=True)
+    got = cuda_fp16.transcribe("examples/jfk.wav", beam_size=1, word_timestamps=True)
+    assert wer(JFK, got.text) < 0.1
+    assert wer(expected.text, got.text) < 0.05
+    assert [w.word for s in got.segments for w in s.words] == [w.word for s in expected.segments for w in s.words]
+
+
+@pytest.mark.parametrize("speculative", ["off", "mtp"])
+def test_cuda_graphs_give_the_eager_tokens(cuda_fp16, speculative):
+    graphed = burble.load_model("tiny.en", device="cuda", dtype="float16", static_decode=True)
+    audio = load_audio("examples/jfk.wav")
+    expected = cuda_fp16.transcribe(audio, beam_size=1, speculative=speculative)
+    got = graphed.transcribe(audio, beam_size=1, speculative=speculative)
+    assert [s.tokens for s in got.segments] == [s.tokens for s in expected.segments]
+    step = graphed.whisper.static_steps.get(graphed.model, 1)
+    assert step.use_graph and step._graph is not None  # the steps really were graph replays
+
+
+def test_batched_windows_on_cuda_match_one_at_a_time(cuda_asr):
+    """Rows of different audio in one decode (the engine's batch) on the GPU: each row's tokens
+    are the ones it gets alone."""
+    from burble.asr.frontend import log_mel_spectrogram, pad_or_trim
+    from burble.asr.options import TranscribeOptions
+
+    audio = load_audio("examples/jfk.wav")
+    pieces = [audio[: 16000 * 5], audio[16000 * 4 :], audio]
+    mels = torch.stack([pad_or_trim(log_mel_spectrogram(p, n_mels=80)) for p in pieces])
+    features = cuda_asr.encode(mels)
+    options = TranscribeOptions(beam_size=1)
+    prompt = cuda_asr.build_prompt([], options)
+    batched = cuda_asr.decode_windows(features, prompt, options)
+    alone = [cuda_asr.decode_window(features[i : i + 1], prompt, options) for i in range(len(pieces))]
+    assert [w.tokens for w in batched] == [w.tokens for w in alone]

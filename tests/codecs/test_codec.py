@@ -232,3 +232,36 @@ def test_bad_codes_are_refused_clearly(codec, codes8, make, message):
 def test_stream_encoder_refuses_non_finite_samples(codec):
     with pytest.raises(CodecInputError, match="NaN"):
         codec.stream_encoder(22050).push(np.array([0.0, np.nan], np.float32))
+
+
+def test_a_bfloat16_codec_encodes_nearly_the_same_codes_and_decodes_float32_audio():
+    from burble.audio.io import load_audio
+    from burble.codecs.codec import load
+
+    audio = load_audio("examples/jfk.wav")[: 16000 * 4]
+    reference, half = load(), load(dtype="bfloat16")
+    assert half is not reference
+    assert next(half.vocoder.parameters()).dtype == torch.bfloat16
+    assert half.model.quantizer.embed.dtype == torch.float32  # nearest-code search stays float32
+    codes, half_codes = reference.encode(audio, 16000), half.encode(audio, 16000)
+    assert codes.shape == half_codes.shape
+    assert (codes == half_codes).mean() > 0.9
+    out = half.decode(codes)
+    assert out.dtype == np.float32 and out.size == codes.shape[1] * half.samples_per_frame
+    assert load() is reference  # the float32 CPU codec is still the cached one
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_codec_on_cuda_in_float16():
+    from burble.audio.io import load_audio
+    from burble.codecs.codec import CodecInputError, load
+
+    audio = load_audio("examples/jfk.wav")[: 16000 * 4]
+    codec = load(device="cuda", dtype="float16")
+    assert codec.device.type == "cuda"
+    codes = codec.encode(audio, 16000)
+    assert (codes == load().encode(audio, 16000)).mean() > 0.9
+    assert codec.decode(codes).dtype == np.float32
+    with pytest.raises(CodecInputError, match="runs on the CPU"):
+        codec.stream_encoder(16000)

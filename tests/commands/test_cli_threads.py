@@ -56,7 +56,7 @@ def test_stream_gives_its_recognizer_the_cores(monkeypatch, requested, expected)
     args = build_parser().parse_args(["stream", "x.wav", "--threads", str(requested)])
     with pytest.raises(RuntimeError, match="stop after"):
         build_pipeline(args, source=None, sinks=[])
-    assert loaded == [{"device": "cpu", "threads": expected}]
+    assert loaded == [{"device": "cpu", "dtype": "float32", "static_decode": False, "threads": expected}]
 
 
 @pytest.mark.parametrize("workers, items, parallel", [(1, 3, 1), (2, 3, 2), (4, 1, 1)])

@@ -176,7 +176,8 @@ def test_training_segments_read_their_own_memory():
     together = heads(hidden, emb, (keys, values), [3, 2])
     first = heads(hidden[:3], emb[:3], (keys[:1], values[:1]))
     second = heads(hidden[3:], emb[3:], (keys[1:], values[1:]))
-    torch.testing.assert_close(together, torch.cat([first, second], dim=1))
+    # Batched and per-clip matmuls sum in different orders: float32 noise (~1e-5) on some CPUs.
+    torch.testing.assert_close(together, torch.cat([first, second], dim=1), atol=1e-4, rtol=1e-4)
     # and the memory matters (negative control: the other clip's memory gives other logits)
     swapped = heads(hidden[:3], emb[:3], (keys[1:], values[1:]))
     assert not torch.allclose(swapped, first)

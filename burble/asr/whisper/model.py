@@ -37,8 +37,13 @@ class WhisperDims:
 
 
 class LayerNorm(nn.LayerNorm):
+    """Layer norm computed in float32 whatever the model's dtype (half-precision variance loses
+    the small activations), returned in the input's dtype."""
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x.float()).type(x.dtype)
+        weight = None if self.weight is None else self.weight.float()
+        bias = None if self.bias is None else self.bias.float()
+        return F.layer_norm(x.float(), self.normalized_shape, weight, bias, self.eps).type(x.dtype)
 
 
 class MultiHeadAttention(nn.Module):
