@@ -65,7 +65,7 @@ class ServerProcess:
             assert self.process.stderr is not None
             for line in self.process.stderr:
                 self.log.append(line)
-                match = re.search(r"at (ws://\S+/ws)", line)
+                match = re.search(r"(ws://[\w.:\[\]-]+/ws)\b", line)  # "listening on ws://HOST:PORT/ws ..."
                 if match:
                     self.url = match.group(1)
                     found.set()
@@ -180,6 +180,7 @@ def main(argv=None) -> int:
     parser.add_argument("--compute-slots", type=int, default=None, help="server --compute-slots")
     parser.add_argument("--threads", type=int, default=0, help="server --threads (torch threads)")
     parser.add_argument("--chunk", type=float, default=1.0, help="server --chunk")
+    parser.add_argument("--dtype", default="float32", help="server --dtype (bfloat16: ~1.6x less compute on CPUs with AVX-512 BF16)")
     parser.add_argument("--max-latency", type=float, default=3.0, help="p95 final-word latency bound for 'real time'")
     parser.add_argument("--keep-going", action="store_true", help="run every level even after one is not real time")
     parser.add_argument("--no-write", action="store_true")
@@ -194,6 +195,7 @@ def main(argv=None) -> int:
         server_args += ["--compute-slots", str(args.compute_slots)]
     if args.threads:
         server_args += ["--threads", str(args.threads)]
+    server_args += ["--dtype", args.dtype]
     server = ServerProcess(server_args)
     rows = []
     best = 0
@@ -239,7 +241,7 @@ def main(argv=None) -> int:
     ]  # fmt: skip
     slots = args.compute_slots or os.cpu_count()
     body = (
-        f"`burble serve --model {args.model} --chunk {args.chunk}` with {slots} compute slots and "
+        f"`burble serve --model {args.model} --chunk {args.chunk} --dtype {args.dtype}` with {slots} compute slots and "
         f"{args.threads or 'default'} torch threads, in its own process; N clients on loopback each stream "
         f"~{args.seconds:.0f} s of dev speech (joined with 1 s pauses) in real time (100 ms frames). Latency: "
         f"arrival of each final word minus its end in the audio. Real time: nothing dropped and p95 <= "
@@ -247,7 +249,7 @@ def main(argv=None) -> int:
         + markdown_table(header, rows)
         + f"\n\nLargest N that stays real time: **{best}**.\n"
     )
-    append_section(f"WebSocket server load ({args.model})", body, machine=machine, write=not args.no_write)
+    append_section(f"WebSocket server load ({args.model}, {args.dtype})", body, machine=machine, write=not args.no_write)
     return 0
 
 

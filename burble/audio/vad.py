@@ -32,6 +32,7 @@ restores the caller's thread count.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal, Optional, Protocol
@@ -124,7 +125,9 @@ class SileroVAD:
     model itself).
 
     The model is recurrent: each call takes the previous 64 samples as context plus a
-    ``(2, 1, 128)`` state, so frames must be fed in stream order (``reset`` after a gap).
+    ``(2, 1, 128)`` state, so frames must be fed in stream order (``reset`` after a gap). That
+    state is passed in and out explicitly, so every instance of a process shares one ONNX session
+    (~10 MB each otherwise: a server session apiece); onnxruntime's ``run`` is thread-safe.
 
     Args:
       opset_version: which bundled ONNX export to use (15 or 16).
@@ -135,32 +138,7 @@ class SileroVAD:
     def __init__(self, opset_version: int = 16) -> None:
         if opset_version not in (15, 16):
             raise ValueError("opset_version must be 15 or 16")
-        import torch
-
-        threads = torch.get_num_threads()
-        try:
-            try:
-                import silero_vad  # noqa: F401  (locates the bundled model files)
-                import onnxruntime
-            except ImportError as e:  # pragma: no cover - depends on the environment
-                raise ImportError(
-                    "the VAD needs silero-vad and onnxruntime: pip install silero-vad onnxruntime"
-                ) from e
-        finally:
-            # Importing silero_vad sets torch to one thread for the whole process; undo that.
-            torch.set_num_threads(threads)
-        from importlib import resources
-
-        name = "silero_vad.onnx" if opset_version == 16 else "silero_vad_16k_op15.onnx"
-        path = resources.files("silero_vad.data").joinpath(name)
-        opts = onnxruntime.SessionOptions()
-        # One frame is tiny: threads would only add synchronisation (and steal the recognizer's cores).
-        opts.intra_op_num_threads = 1
-        opts.inter_op_num_threads = 1
-        with resources.as_file(path) as model_file:
-            self._session = onnxruntime.InferenceSession(
-                str(model_file), sess_options=opts, providers=["CPUExecutionProvider"]
-            )
+        self._session = _shared_session(opset_version)
         self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
         self.reset()
 
@@ -176,6 +154,37 @@ class SileroVAD:
     def reset(self) -> None:
         self._state = np.zeros((2, 1, 128), dtype=np.float32)
         self._context = np.zeros(self.CONTEXT, dtype=np.float32)
+
+
+@functools.lru_cache(maxsize=2)
+def _shared_session(opset_version: int) -> "onnxruntime.InferenceSession":
+    """The process's one silero ONNX session per export (made on first use)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        try:
+            import silero_vad  # noqa: F401  (locates the bundled model files)
+            import onnxruntime
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "the VAD needs silero-vad and onnxruntime: pip install silero-vad onnxruntime"
+            ) from e
+    finally:
+        # Importing silero_vad sets torch to one thread for the whole process; undo that.
+        torch.set_num_threads(threads)
+    from importlib import resources
+
+    name = "silero_vad.onnx" if opset_version == 16 else "silero_vad_16k_op15.onnx"
+    path = resources.files("silero_vad.data").joinpath(name)
+    opts = onnxruntime.SessionOptions()
+    # One frame is tiny: threads would only add synchronisation (and steal the recognizer's cores).
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    with resources.as_file(path) as model_file:
+        return onnxruntime.InferenceSession(
+            str(model_file), sess_options=opts, providers=["CPUExecutionProvider"]
+        )
 
 
 def frame_level_db(frame: np.ndarray) -> float:

@@ -13,8 +13,8 @@
 consumes what it understands and passes everything else through, so stages compose freely.
 
 **Recognizer** (implemented by the ASR layer; see ``Recognizer``) is called by
-``RecognizerStage`` in its own worker thread, so a decode that takes seconds
-never blocks capture or the loop.
+``RecognizerStage`` on a worker thread of the compute engine (``burble.streaming.engine``), so a
+decode that takes seconds never blocks capture or the loop.
 
 **Back-pressure and lag.** Each tick takes *all* audio that arrived since the previous tick, so
 when the recognizer is slower than real time its next call simply gets more audio (coalescing):
@@ -50,6 +50,7 @@ import numpy as np
 
 from burble.audio import SAMPLE_RATE
 from burble.audio.vad import StreamingVAD, VADOptions
+from burble.streaming.engine import Lane
 from burble.streaming.events import StreamEvent
 from burble.streaming.ring_buffer import RingBuffer
 from burble.streaming.sinks import Sink
@@ -356,6 +357,7 @@ def asr_pipeline(
     *,
     vad: Union[StreamingVAD, VADOptions, None] = VADOptions(),
     options: PipelineOptions = PipelineOptions(),
+    lane: Optional[Lane] = None,
 ) -> Pipeline:
     """The standard chain: ``source -> [VADStage] -> RecognizerStage -> SinkStage``.
 
@@ -367,13 +369,17 @@ def asr_pipeline(
         never sees silence or noise to hallucinate on), or ``None`` to send all audio to the
         recognizer (no endpoints except at gaps and the end).
       options: loop settings (``chunk_seconds`` is passed to the recognizer stage).
+      lane: where the recognizer's calls run (a server session's lane of the server's engine);
+        ``None``: the process's one-worker engine.
     """
     stages: list[Stage] = []
     if isinstance(vad, VADOptions):
         vad = StreamingVAD(vad)
     if vad is not None:
         stages.append(VADStage(vad))
-    stages.append(RecognizerStage(recognizer, chunk_seconds=options.chunk_seconds, decode_at_pauses=options.decode_at_pauses))
+    stages.append(RecognizerStage(
+        recognizer, chunk_seconds=options.chunk_seconds, decode_at_pauses=options.decode_at_pauses, lane=lane
+    ))  # fmt: skip
     stages.append(SinkStage(sinks))
     return Pipeline(source, stages, options)
 

@@ -7,16 +7,14 @@ understands and passes the others through in order.
 
 - ``VADStage``: audio -> speech-only audio + ``Endpoint``s (``StreamingVAD``).
 - ``RecognizerStage``: speech audio + endpoints -> ``StreamEvent``s, calling a ``Recognizer``
-  in its own worker thread.
+  on a worker of the compute engine (``burble.streaming.engine``), through the stream's lane.
 - ``SinkStage``: events -> sinks.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Optional, Protocol, Sequence, Union, runtime_checkable
 
@@ -24,6 +22,7 @@ import numpy as np
 
 from burble.audio import SAMPLE_RATE
 from burble.audio.vad import StreamingVAD, VADEvent
+from burble.streaming.engine import Lane, default_engine
 from burble.streaming.events import StreamEvent
 from burble.streaming.ring_buffer import RingBuffer
 from burble.streaming.sinks import Sink
@@ -198,11 +197,12 @@ class VADStage:
 
 
 class RecognizerStage:
-    """Speech AudioChunks, SpeechPauses and Endpoints -> StreamEvents, by calling a ``Recognizer`` in a thread.
+    """Speech AudioChunks, SpeechPauses and Endpoints -> StreamEvents, by calling a ``Recognizer`` on the engine.
 
-    Every call goes to one dedicated worker thread, not the event loop's shared pool: the pool
-    may hand consecutive calls to different threads, and a recognizer (torch and onnxruntime
-    keep per-thread state) should see one thread for its whole life. ``close`` ends the thread.
+    Every call goes through the stream's :class:`~burble.streaming.engine.Lane`: in order, one
+    at a time, on a worker thread of the compute engine (never the event loop's shared pool,
+    which would give each call a thread of its own and torch's per-thread buffers with it).
+    ``close`` drops the lane's queued calls.
 
     Args:
       recognizer: the streaming recognizer.
@@ -211,6 +211,8 @@ class RecognizerStage:
       decode_at_pauses: at a ``SpeechPause``, decode pending audio and call the recognizer's
         ``pause`` (otherwise pauses are ignored). ``None``: the recognizer's ``decodes_at_pauses``
         attribute decides (``False`` when it has none).
+      lane: the stream's lane of a shared engine (the server's); ``None``: a lane of the
+        process's one-worker engine (``burble stream``, ``listen``).
 
     Attributes:
       calls: recognizer calls made (accept, endpoint, flush).
@@ -219,7 +221,12 @@ class RecognizerStage:
     """
 
     def __init__(
-        self, recognizer: Recognizer, *, chunk_seconds: float = 1.0, decode_at_pauses: Optional[bool] = None
+        self,
+        recognizer: Recognizer,
+        *,
+        chunk_seconds: float = 1.0,
+        decode_at_pauses: Optional[bool] = None,
+        lane: Optional[Lane] = None,
     ) -> None:
         if chunk_seconds <= 0:
             raise ValueError("chunk_seconds must be > 0")
@@ -232,17 +239,17 @@ class RecognizerStage:
         self.calls = 0
         self.busy_seconds = 0.0
         self.audio_seconds = 0.0
-        self._executor: Optional[ThreadPoolExecutor] = None
+        self.lane = lane
 
     @property
     def pending_samples(self) -> int:
         return sum(len(c) for c in self._pending)
 
     async def _call(self, fn: Callable[..., list[StreamEvent]], *args: int | np.ndarray) -> list[Item]:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="burble-recognizer")
+        if self.lane is None:
+            self.lane = default_engine().lane()
         t = time.perf_counter()
-        events = await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        events = await self.lane.call(fn, *args)
         self.busy_seconds += time.perf_counter() - t
         self.calls += 1
         return list(events)
@@ -283,10 +290,9 @@ class RecognizerStage:
         return out
 
     def close(self) -> None:
-        """End the worker thread (a call still running after a cancel finishes on its own)."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
-            self._executor = None
+        """Drop the stream's queued calls (a call still running after a cancel finishes on its own)."""
+        if self.lane is not None:
+            self.lane.close()
 
 
 class SinkStage:

@@ -8,6 +8,7 @@ from burble.audio.vad import (
     SileroVAD,
     StreamingVAD,
     VADOptions,
+    _shared_session,
     detect_speech,
     frame_level_db,
 )
@@ -95,6 +96,7 @@ def test_import_side_effect_on_torch_threads_is_undone():
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(3)
+        _shared_session.cache_clear()  # the ONNX session (and its import) is made once per process
         SileroVAD()
         assert "silero_vad.model" in sys.modules  # the side effect did run ...
         assert torch.get_num_threads() == 3  # ... and was undone
@@ -220,3 +222,17 @@ def test_direct_onnx_matches_the_silero_package_wrapper(silero, lj_speech):
     ]
     np.testing.assert_allclose(ours, theirs, atol=1e-5)
     assert max(ours) > 0.9 and min(ours) < 0.5
+
+
+def test_instances_share_one_onnx_session_but_not_their_state():
+    first, second = SileroVAD(), SileroVAD()
+    assert first._session is second._session
+    rng = np.random.default_rng(0)
+    speechy = rng.standard_normal(512).astype(np.float32) * 0.3
+    alone = SileroVAD()
+    expected = [alone(speechy) for _ in range(3)]
+    got = []
+    for _ in range(3):  # interleaved with another stream's frames: each keeps its own state
+        second(np.zeros(512, np.float32))
+        got.append(first(speechy))
+    assert got == pytest.approx(expected, abs=1e-6)

@@ -12,7 +12,8 @@ from typing import Callable
 
 from burble.streaming.server.metrics import ServerMetrics
 from burble.streaming.server.options import ServerOptions
-from burble.streaming.server.recognizers import ComputeLimiter, RecognizerFactory
+from burble.streaming.engine import ComputeEngine
+from burble.streaming.server.recognizers import RecognizerFactory
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class SessionContext:
     Attributes:
       options: the server's options (limits, pipeline and VAD settings).
       metrics: the server-wide counters the session adds to (errors, closes, events, totals).
-      limiter: the process-wide compute limiter every recognizer call waits on.
+      engine: the server's compute engine; each session's recognizer calls go through a lane of it.
       factory: makes the session's recognizer.
       unregister: called with the session id once the session has ended and cleaned up, so
         the server's count of open sessions returns to zero.
@@ -30,6 +31,6 @@ class SessionContext:
 
     options: ServerOptions
     metrics: ServerMetrics
-    limiter: ComputeLimiter
+    engine: ComputeEngine
     factory: RecognizerFactory
     unregister: Callable[[str], None]

@@ -1,26 +1,23 @@
-"""Per-session recognizers over one shared model, and the compute limiter that shares the cores.
+"""Per-session recognizers over one shared model, and how many compute workers share the cores.
 
 The server loads the model once. Each session gets its own recognizer (its audio window,
 hypotheses and committed words are per-session state) from a ``RecognizerFactory``.
 
-Recognizer calls run in worker threads (one per ``RecognizerStage``), so the
-event loop keeps serving every connection while a decode runs. ``ComputeLimiter`` caps how many
-decodes run at once across all sessions: on a 2-core machine, eight sessions decoding at the
-same time would each get a quarter of a core and every one would fall behind; with a few slots
-the sessions take turns and latency grows smoothly with load.
+Recognizer calls run on the server's compute engine (``burble.streaming.engine``), so the event
+loop keeps serving every connection while a decode runs. The engine has
+``default_compute_slots()`` workers unless configured: on a 2-core machine, eight sessions
+decoding at the same time would each get a quarter of a core and every one would fall behind;
+with one worker per core the sessions take turns, round-robin, and latency grows smoothly.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
 from importlib import resources
 from typing import Any, Optional, Protocol
 
-import numpy as np
 
 from burble.cpu_threads import available_cores
-from burble.streaming.events import StreamEvent
 from burble.streaming.factory import RecognizerChoice
 from burble.streaming.server.protocol import SessionConfig
 from burble.streaming.stages import Recognizer
@@ -67,65 +64,6 @@ def unsupported_options(factory: RecognizerFactory, config: SessionConfig) -> li
 def default_compute_slots() -> int:
     """Compute slots when none are configured: one per CPU core this process may use."""
     return available_cores()
-
-
-class ComputeLimiter:
-    """At most ``slots`` recognizer calls at once, process-wide (a semaphore held in the worker).
-
-    Args:
-      slots: concurrent calls; ``None``: ``default_compute_slots()``.
-    """
-
-    def __init__(self, slots: Optional[int] = None) -> None:
-        self.slots = slots or default_compute_slots()
-        self._semaphore = threading.BoundedSemaphore(self.slots)
-        self._lock = threading.Lock()
-        self.running = 0
-        self.waiting = 0
-
-    def wrap(self, recognizer: Recognizer) -> "LimitedRecognizer":
-        return LimitedRecognizer(recognizer, self)
-
-    def __enter__(self) -> None:
-        with self._lock:
-            self.waiting += 1
-        self._semaphore.acquire()
-        with self._lock:
-            self.waiting -= 1
-            self.running += 1
-
-    def __exit__(self, *exc: Any) -> None:
-        with self._lock:
-            self.running -= 1
-        self._semaphore.release()
-
-
-class LimitedRecognizer:
-    """A ``Recognizer`` whose calls wait for a ``ComputeLimiter`` slot (runs in worker threads)."""
-
-    def __init__(self, inner: Recognizer, limiter: ComputeLimiter) -> None:
-        self.inner = inner
-        self.limiter = limiter
-
-    def accept(self, audio: np.ndarray, start_sample: int) -> list[StreamEvent]:
-        with self.limiter:
-            return self.inner.accept(audio, start_sample)
-
-    def endpoint(self, at_sample: int) -> list[StreamEvent]:
-        with self.limiter:
-            return self.inner.endpoint(at_sample)
-
-    def pause(self, at_sample: int) -> list[StreamEvent]:
-        with self.limiter:
-            return self.inner.pause(at_sample)
-
-    def flush(self) -> list[StreamEvent]:
-        with self.limiter:
-            return self.inner.flush()
-
-    @property
-    def decodes_at_pauses(self) -> bool:
-        return bool(getattr(self.inner, "decodes_at_pauses", False))
 
 
 class WhisperRecognizerFactory:

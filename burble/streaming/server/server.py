@@ -1,9 +1,10 @@
 """``AsrServer``: the WebSocket streaming ASR service behind ``burble serve``.
 
 One process, one asyncio event loop, one loaded model. Each connection is a ``Session`` with its
-own pipeline and recognizer; recognizer calls run in worker threads, at most
-``compute_slots`` at once (``ComputeLimiter``). Sessions get a ``SessionContext`` (options,
-metrics, limiter, factory, an unregister callback), never the server itself.
+own pipeline and recognizer; recognizer calls run on the server's compute engine
+(``burble.streaming.engine``: ``compute_slots`` worker threads serving the sessions' lanes
+round-robin). Sessions get a ``SessionContext`` (options, metrics, engine, factory, an unregister
+callback), never the server itself.
 
 Routes (all on one port; plain HTTP is answered from the handshake hook ``process_request``):
 
@@ -44,7 +45,8 @@ from burble.streaming.server.http import json_response, static_response, text_re
 from burble.streaming.server.metrics import ServerMetrics, prometheus_text
 from burble.streaming.server.options import ServerOptions
 from burble.streaming.server.protocol import ProtocolError, dumps
-from burble.streaming.server.recognizers import ComputeLimiter, RecognizerFactory
+from burble.streaming.engine import ComputeEngine
+from burble.streaming.server.recognizers import RecognizerFactory, default_compute_slots
 from burble.streaming.server.security import origin_allowed, presented_token, token_matches
 from burble.streaming.server.session import Session
 
@@ -70,9 +72,9 @@ class AsrServer:
         self.factory = factory
         self.options = options
         self.routes = websocket_routes(options.dialect)
-        self.limiter = ComputeLimiter(options.compute_slots)
+        self.engine = ComputeEngine(options.compute_slots or default_compute_slots(), name="burble-compute")
         self.metrics = ServerMetrics()
-        self.context = SessionContext(options, self.metrics, self.limiter, factory, self._unregister)
+        self.context = SessionContext(options, self.metrics, self.engine, factory, self._unregister)
         self.sessions: dict[str, Session] = {}
         self._ids = itertools.count(1)
         self._prefix = secrets.token_hex(3)
@@ -139,7 +141,7 @@ class AsrServer:
         self._port = self._server.sockets[0].getsockname()[1]
         logger.info(
             "listening on %s (model %s, %s at /, max %d sessions, %d compute slots)", self.url, self.factory.model_name,
-            opts.dialect, opts.max_sessions, self.limiter.slots,
+            opts.dialect, opts.max_sessions, self.engine.workers,
             extra={"event": "listening", "url": self.url, "root_url": self.root_url, "page": self.page_url, "dialect": opts.dialect},
         )  # fmt: skip
 
@@ -243,8 +245,8 @@ class AsrServer:
         return self.metrics.snapshot(
             {session_id: s.metrics for session_id, s in self.sessions.items()},
             sessions_active=len(self.sessions),
-            compute_running=self.limiter.running,
-            compute_waiting=self.limiter.waiting,
+            compute_running=self.engine.running,
+            compute_waiting=self.engine.waiting,
         )
 
     # ----------------------------------------------------------------------------- sessions

@@ -93,7 +93,7 @@ class Session:
 
     Args:
       context: what the server lends the session (options, recognizer factory, compute
-        limiter, metrics, and the callback that unregisters it).
+        engine, metrics, and the callback that unregisters it).
       connection: the accepted WebSocket.
       session_id: identifier used in ``ready`` and in the logs.
     """
@@ -183,7 +183,9 @@ class Session:
         # Building the VAD (an ONNX session) and the recognizer takes milliseconds of CPU: keep
         # it off the event loop, which is serving every other session meanwhile.
         vad, recognizer = await asyncio.to_thread(self._build_stages, config)
-        self.pipeline = asr_pipeline(self.source, recognizer, [EventSink(self)], vad=vad, options=pipeline_options)
+        self.pipeline = asr_pipeline(
+            self.source, recognizer, [EventSink(self)], vad=vad, options=pipeline_options, lane=self.context.engine.lane()
+        )
         self.log(
             logging.INFO, "session_start", "session started",
             sample_rate=config.sample_rate, encoding=config.encoding, channels=config.channels,
@@ -192,7 +194,7 @@ class Session:
 
     def _build_stages(self, config: SessionConfig) -> tuple[Optional[StreamingVAD], Recognizer]:
         vad = StreamingVAD(self.options.vad) if self.options.vad is not None else None
-        return vad, self.context.limiter.wrap(self.context.factory.create(config))
+        return vad, self.context.factory.create(config)
 
     def ready_message(self) -> Optional[dict[str, Any]]:
         """The ``ready`` message (``None``: the dialect sends none)."""

@@ -1,19 +1,15 @@
-"""The server's small parts: token and origin checks, compute limiter, metrics text, JSON logs,
+"""The server's small parts: token and origin checks, metrics text, JSON logs,
 the dialect table and the client's URL handling."""
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
 
-import numpy as np
 import pytest
 from websockets.datastructures import Headers
 
 from burble.streaming.client import ClientOptions, websocket_url
-from burble.streaming.events import StreamEvent
 from burble.streaming.loop import PipelineMetrics
 from burble.streaming.server import ServerOptions
 from burble.streaming.server.dialects import websocket_routes
@@ -21,7 +17,6 @@ from burble.streaming.server.logs import JsonFormatter, configure_logging
 from burble.streaming.server.session import Session
 from burble.streaming.server.vosk import VoskSession
 from burble.streaming.server.metrics import ServerMetrics, prometheus_text
-from burble.streaming.server.recognizers import ComputeLimiter
 from burble.streaming.server.security import load_token, origin_allowed, presented_token, token_matches
 
 
@@ -71,47 +66,6 @@ def test_server_options_validation():
         ServerOptions(token=" ")
     with pytest.raises(ValueError):
         ServerOptions(max_sessions=0)
-
-
-class SlowRecognizer:
-    def __init__(self, log: list, lock: threading.Lock) -> None:
-        self.log, self.lock = log, lock
-
-    def accept(self, audio: np.ndarray, start_sample: int) -> list[StreamEvent]:
-        with self.lock:
-            self.log.append(("in", time.perf_counter()))
-        time.sleep(0.05)
-        with self.lock:
-            self.log.append(("out", time.perf_counter()))
-        return []
-
-    def endpoint(self, at_sample: int) -> list[StreamEvent]:
-        return []
-
-    def pause(self, at_sample: int) -> list[StreamEvent]:
-        return []
-
-    def flush(self) -> list[StreamEvent]:
-        return []
-
-
-@pytest.mark.parametrize("slots", [1, 2])
-def test_compute_limiter_caps_concurrent_calls(slots):
-    limiter = ComputeLimiter(slots)
-    log: list = []
-    lock = threading.Lock()
-    recognizers = [limiter.wrap(SlowRecognizer(log, lock)) for _ in range(4)]
-    threads = [threading.Thread(target=r.accept, args=(np.zeros(10, np.float32), 0)) for r in recognizers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    running = peak = 0
-    for kind, _ in sorted(log, key=lambda e: e[1]):
-        running += 1 if kind == "in" else -1
-        peak = max(peak, running)
-    assert peak == slots
-    assert limiter.running == 0 and limiter.waiting == 0
 
 
 def test_metrics_snapshot_and_prometheus_text():
