@@ -7,7 +7,7 @@ threads that ever run the model. That decides three things a thread per stream g
 
 - **memory**: torch, MKL and oneDNN keep scratch buffers per thread that runs them; with a
   thread per stream the server grew by ~150 MB per added 30 s stream, with the pool (and one
-  shared VAD session) by ~66 MB, mostly the stream's own encoder cache (``benchmarks/server_load.py``);
+  shared VAD session) by ~65-90 MB (``benchmarks/server_load.py``);
 - **fairness**: ready lanes are served round-robin, one call each, so a stream with a backlog
   (a client that sent minutes of audio at once) never starves a live one; a semaphore wakes
   waiters in no particular order;
