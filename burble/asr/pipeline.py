@@ -150,7 +150,7 @@ def load_model(
         precision is meant for GPUs; on CPUs, float16 matmuls are slow (JFK clip on this project's
         2-core machine: float32 0.55 s, bfloat16 0.36 s, float16 1.9 s).
       static_decode: decoder steps at static shapes in CUDA graphs (``--cuda-graphs``); on a CPU
-        the same static step runs eagerly (no faster; it is how the path is tested without a GPU).
+        the same static step runs eagerly (not meant to be faster; it is how the path is tested without a GPU).
       threads: torch CPU threads (``None``: leave torch's setting).
     """
     dtype = torch_dtype(dtype)  # an unknown name fails before the weights load

@@ -93,6 +93,7 @@ class ComputeEngine:
         self._ready: collections.deque[Lane] = collections.deque()  # lanes with work, none running
         self._threads: list[threading.Thread] = []
         self._closed = False
+        self._queued = 0
         self.running = 0
 
     def lane(self) -> Lane:
@@ -101,16 +102,15 @@ class ComputeEngine:
 
     @property
     def waiting(self) -> int:
-        """Calls queued, not yet running."""
-        with self._lock:
-            return sum(lane.pending for lane in self._ready)
+        """Calls queued, not yet running (all lanes)."""
+        return self._queued
 
     def close(self) -> None:
         """Stop the workers once their current calls end; queued calls are cancelled."""
         with self._lock:
             self._closed = True
             for lane in self._ready:
-                _cancel_all(lane)
+                self._queued -= _cancel_all(lane)
             self._ready.clear()
             self._lock.notify_all()
 
@@ -123,6 +123,7 @@ class ComputeEngine:
                 future.cancel()
                 return future
             lane._tasks.append(_Task(fn, args, future))
+            self._queued += 1
             if not lane._running and len(lane._tasks) == 1:
                 self._ready.append(lane)
             self._start_workers()
@@ -132,7 +133,7 @@ class ComputeEngine:
     def _close_lane(self, lane: Lane) -> None:
         with self._lock:
             lane.closed = True
-            _cancel_all(lane)
+            self._queued -= _cancel_all(lane)
             if lane in self._ready:
                 self._ready.remove(lane)
 
@@ -152,6 +153,7 @@ class ComputeEngine:
                     return
                 lane = self._ready.popleft()
                 task = lane._tasks.popleft()
+                self._queued -= 1
                 lane._running = True
                 self.running += 1
             started = time.perf_counter()
@@ -172,9 +174,12 @@ class ComputeEngine:
                     self._lock.notify()
 
 
-def _cancel_all(lane: Lane) -> None:
+def _cancel_all(lane: Lane) -> int:
+    """Cancel a lane's queued calls; returns how many there were."""
+    count = len(lane._tasks)
     while lane._tasks:
         lane._tasks.popleft().future.cancel()
+    return count
 
 
 _default: Optional[ComputeEngine] = None

@@ -68,6 +68,7 @@ def test_lanes_take_turns_so_a_backlog_does_not_starve_a_live_stream():
     assert started.wait(10)
     backlog = [a.submit(_record(log, lock, f"a{i}", 0.001)) for i in range(5)]
     live = b.submit(_record(log, lock, "b", 0.001))
+    assert engine.waiting == 6 and engine.running == 1  # a running lane's queued calls count too
     gate.set()
     for f in [blocker, *backlog, live]:
         f.result(timeout=10)
@@ -90,6 +91,7 @@ def test_closing_a_lane_drops_its_queued_calls():
     gate.set()
     assert running.result(timeout=10) is True  # the running call finishes on its own
     assert all(f.cancelled() for f in queued)
+    assert engine.waiting <= 1  # the closed lane's calls left the count; only "other" may wait
     assert after.result(timeout=10) == "other"
     assert gone.submit(lambda: 1).cancelled()  # nothing new is taken either
     engine.close()

@@ -1,7 +1,7 @@
 """Whisper's one-token decoder step at static shapes, replayed from a CUDA graph (gpt-fast style).
 
-A decoder step at batch 1 on a GPU is launch-bound: tiny.en issues ~60 small kernels per token,
-each a few microseconds of work behind ~5-10 us of Python and launch overhead. Capturing the step
+A decoder step at batch 1 on a GPU is launch-bound: tiny.en runs dozens of small kernels per
+token (a dozen or so per layer), each a few microseconds of work behind Python and launch overhead. Capturing the step
 once in a CUDA graph and replaying it removes that overhead, but a graph replays fixed addresses
 and fixed shapes. So everything a step touches lives in buffers allocated once: the token ids,
 the per-row positions, the KV-cache storage at full capacity (Whisper's 448 text positions), the
@@ -23,7 +23,6 @@ The step holds per-decode state, so one :class:`StaticDecoderStep` serves one de
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import Optional
 
@@ -32,8 +31,6 @@ import torch
 from burble.decoding.kv_cache import KVCache
 from burble.kernels.attention import attention
 from burble.asr.whisper.model import Whisper, WhisperTextModel
-
-log = logging.getLogger(__name__)
 
 
 class StaticDecoderStep:
