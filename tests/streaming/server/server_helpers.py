@@ -99,3 +99,43 @@ class FloodFactory(FakeFactory):
 
     def create(self, config: SessionConfig) -> FloodRecognizer:  # type: ignore[override]
         return FloodRecognizer()
+
+
+class ChecksumRecognizer:
+    """Commits, at the end of the stream, one word naming a hash of every sample it was given
+    (and their count): two sessions get the same final text exactly when the same audio reached
+    their recognizers, however the server chunked it."""
+
+    def __init__(self) -> None:
+        import hashlib
+
+        self._hash = hashlib.sha256()
+        self._samples = 0
+
+    def accept(self, audio: np.ndarray, start_sample: int) -> list:
+        assert start_sample == self._samples, "audio must arrive contiguous and in order"
+        self._hash.update(np.ascontiguousarray(audio, dtype=np.float32).tobytes())
+        self._samples += len(audio)
+        return []
+
+    def pause(self, at_sample: int) -> list:
+        return []
+
+    def endpoint(self, at_sample: int) -> list:
+        return []
+
+    def flush(self) -> list:
+        from burble.streaming.events import StreamEvent, Word
+
+        if not self._samples:
+            return []
+        word = Word(f" {self._samples}:{self._hash.hexdigest()[:16]}", 0.0, self._samples / 16000)
+        return [StreamEvent.from_words("final", [word], segment_id=0)]
+
+
+class ChecksumFactory(FakeFactory):
+    """Makes ``ChecksumRecognizer``s."""
+
+    def create(self, config: SessionConfig) -> ChecksumRecognizer:  # type: ignore[override]
+        self.configs.append(config)
+        return ChecksumRecognizer()

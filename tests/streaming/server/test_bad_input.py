@@ -293,3 +293,82 @@ def test_fuzz_left_the_server_healthy(fuzz_server, speech):
     audio, _ = speech
     events = asyncio.run(stream_audio(audio, SR, ClientOptions(url=server.url, realtime=False)))
     assert final_text(events)
+
+
+def test_ten_thousand_hostile_messages_leave_an_honest_session_untouched(speech):
+    """>= 10,000 fuzzed messages (hostile sessions back to back) while honest sessions stream the
+    same audio over and over: each honest session's final text (a hash of the exact audio its
+    recognizer received) equals the text it gets with no fuzzing, and the server stays healthy.
+    (~30 s: 2,500 hypothesis examples sent ~14,600 messages here, beside ~500 honest sessions.)"""
+    from hypothesis import Phase
+
+    from server_helpers import ChecksumFactory
+
+    audio, _ = speech
+    handler = ErrorLogs()
+    logging.getLogger("burble").addHandler(handler)
+    try:
+        with ServerThread(ChecksumFactory(), options_for_tests(vad=None, idle_timeout_seconds=5.0)) as server:
+            options = ClientOptions(url=server.url, realtime=False)
+            baseline = final_text(asyncio.run(stream_audio(audio, SR, options)))
+            assert baseline.startswith(f"{len(audio)}:")  # every sample reached the recognizer
+            done, honest_texts, honest_errors = threading.Event(), [], []
+
+            def honest() -> None:
+                while not done.is_set():
+                    try:
+                        honest_texts.append(final_text(asyncio.run(stream_audio(audio, SR, options))))
+                    except BaseException as error:  # reported below
+                        honest_errors.append(error)
+                        return
+
+            honest_thread = threading.Thread(target=honest, daemon=True)
+            honest_thread.start()
+            sent = [0]
+
+            @settings(max_examples=2500, deadline=None, suppress_health_check=list(HealthCheck), database=None,
+                      phases=[Phase.generate])
+            @given(messages=FUZZ)
+            def fuzz(messages: list) -> None:
+                with connect(server.url, legacy=True, open_timeout=10) as ws:
+                    for message in messages:
+                        try:
+                            ws.send(message)
+                            sent[0] += 1
+                        except ConnectionClosed:
+                            break
+
+            while sent[0] < 10_000:
+                fuzz()
+            done.set()
+            honest_thread.join(60)
+            assert not honest_errors, honest_errors
+            assert len(honest_texts) >= 3 and set(honest_texts) == {baseline}
+            assert server.wait_idle()
+            snap = server.snapshot()
+            assert "internal" not in snap["errors"] and snap["closes"].get("1011", 0) == 0
+            print(f"fuzz: {sent[0]} messages, {len(honest_texts)} honest sessions, errors by code: {snap['errors']}")
+    finally:
+        logging.getLogger("burble").removeHandler(handler)
+    assert not handler.records, [r.getMessage() for r in handler.records]
+
+
+def test_the_checksum_recognizer_names_the_exact_audio(speech):
+    """The fuzz test's yardstick: chunking does not change the text, one altered or missing sample does."""
+    from server_helpers import ChecksumRecognizer
+
+    audio, _ = speech
+
+    def text(pieces: list[np.ndarray]) -> str:
+        recognizer, start = ChecksumRecognizer(), 0
+        for piece in pieces:
+            recognizer.accept(piece, start)
+            start += len(piece)
+        return recognizer.flush()[0].text
+
+    whole = text([audio])
+    assert text(np.array_split(audio, 7)) == whole
+    altered = audio.copy()
+    altered[1000] += 1e-4
+    assert text([altered]) != whole
+    assert text([audio[:-1]]) != whole
