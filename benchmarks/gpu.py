@@ -247,6 +247,9 @@ def offline_rows(run: Run) -> list[dict[str, str]]:
             try:
                 set_default_backend(config.backend)  # type: ignore[arg-type]
                 asr = burble.load_model(name, device=run.device, dtype=dtype, static_decode=config.static_decode)
+                if config.speculative == "mtp" and asr.whisper.draft_heads is None:
+                    rows.append({"model": name, "run": f"{label}: not run: no trained draft heads ship for {name}"})
+                    continue
                 seconds, tokens = transcribe_clips(asr, run.clips, config.speculative)
                 rtf = seconds / audio_seconds
                 baseline_rtf = baseline_rtf or rtf
