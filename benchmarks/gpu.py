@@ -65,7 +65,7 @@ class Run:
     """What every section needs: where to compute, in what precision, the clips, the deadline."""
 
     device: str
-    half: "object"  # torch.dtype of the half-precision rows (float16 on GPU, bfloat16 in a dry run)
+    half: "torch.dtype"  # of the half-precision rows (float16 on GPU, bfloat16 in a dry run)
     dry_run: bool
     deadline: float
     clips: list[Clip]
@@ -315,6 +315,7 @@ def stream_latencies(asr, clips: Sequence[Clip], streams: int, audio_seconds: fl
 
 def stream_rows(run: Run) -> list[dict[str, str]]:
     import burble
+    from burble.precision import dtype_name
 
     name = run.models[0]
     asr = burble.load_model(name, device=run.device, dtype=run.half, static_decode=run.device != "cpu")
@@ -328,7 +329,7 @@ def stream_rows(run: Run) -> list[dict[str, str]]:
         latencies = stream_latencies(asr, run.clips, streams, seconds)
         p95 = float(np.percentile(latencies, 95))
         rows.append({
-            "model": f"{name} ({str(run.half).removeprefix('torch.')})", "streams": str(streams),
+            "model": f"{name} ({dtype_name(run.half)})", "streams": str(streams),
             "chunks": str(len(latencies)), "p50 s": f"{statistics.median(latencies):.3f}", "p95 s": f"{p95:.3f}",
             "real time": "yes" if p95 <= LATENCY_GOAL_S else "no",
         })
@@ -343,6 +344,7 @@ def stream_rows(run: Run) -> list[dict[str, str]]:
 
 def codec_rows(run: Run) -> list[dict[str, str]]:
     from burble import codecs
+    from burble.precision import dtype_name
 
     rows = []
     names = codecs.available_codecs()
@@ -357,7 +359,7 @@ def codec_rows(run: Run) -> list[dict[str, str]]:
         done = time.perf_counter()
         seconds = run.clips[0].seconds
         rows.append({
-            "model": f"codec {name} ({codec.default_books} books)", "device": f"{run.device}, {str(run.half).removeprefix('torch.')}",
+            "model": f"codec {name} ({codec.default_books} books)", "device": f"{run.device}, {dtype_name(run.half)}",
             "encode RTF": f"{(encoded - started) / seconds:.3f}", "decode RTF": f"{(done - encoded) / seconds:.3f}",
         })
     if not names:

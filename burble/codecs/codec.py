@@ -68,9 +68,14 @@ def load(name: str = DEFAULT_CODEC, *, device: str | torch.device = "cpu", dtype
       dtype: precision of the encoder, decoder and vocoder (``"float32"``, ``"float16"``,
         ``"bfloat16"``); the quantiser's nearest-code search stays float32.
     """
+    return _load_on(name, str(torch.device(device)), torch_dtype(dtype))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_on(name: str, device: str, dtype: torch.dtype) -> "Codec":
+    """One copy per (codec, device, dtype): loading twice gives the same object."""
     codec = _load_on_cpu(name)
-    dtype = torch_dtype(dtype)
-    if torch.device(device).type == "cpu" and dtype == torch.float32:
+    if device == "cpu" and dtype == torch.float32:
         return codec
     return codec.to(device=device, dtype=dtype)
 
