@@ -16,6 +16,7 @@ COMMANDS = {
     "serve": "burble.commands.serve",
     "client": "burble.commands.client",
     "codec": "burble.commands.codec",
+    "speak": "burble.commands.speak",
     "lm": "burble.asr.fusion.cli",
 }
 
@@ -23,7 +24,7 @@ COMMANDS = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="burble",
-        description="Streaming speech toolkit: transcribe files, caption a microphone, serve streaming ASR.",
+        description="Streaming speech toolkit: transcribe files, caption a microphone, serve streaming ASR, speak text.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():

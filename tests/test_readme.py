@@ -159,6 +159,7 @@ class ReadmeSession:
     workdir: Path
     env: dict[str, str]
     produced: dict[str, int] = field(default_factory=dict)  # output path -> README line
+    spoken: dict[str, str] = field(default_factory=dict)  # audio written by `burble speak` -> its text
     ports: dict[int, Server] = field(default_factory=dict)  # the README's port -> its server
 
     def run(self, text: str, timeout: float = COMMAND_TIMEOUT) -> subprocess.CompletedProcess:
@@ -310,8 +311,16 @@ def test_readme_command_runs_as_written(command: ReadmeCommand, session: ReadmeS
         session.produced[output] = command.line
 
     argv = command.argv
+    if command.subcommand == "speak":  # text in, audio out: remember what the audio says
+        session.spoken[command.outputs()[0]] = argv[2]
+    spoken = [session.spoken[p] for p in command.inputs() if p in session.spoken]
     if command.subcommand == "codec":  # audio in, codes or audio out: no transcript to expect
         pass
+    elif command.subcommand == "transcribe" and spoken:  # the round trip: speech burble made
+        from burble.metrics.wer import word_errors
+
+        errors = word_errors(spoken[0], done.stdout.strip())
+        assert errors.rate <= 0.4, f"line {command.line}: {spoken[0]!r} came back as {done.stdout.strip()!r}"
     elif "examples/jfk.wav" in argv or argv[:2] == ["make", "demo"] or command.language == "python":
         expect_transcript(command, transcript_of(done.stdout) + "\n" + written)
     elif command.subcommand == "transcribe":  # a folder or manifest: the batch outputs

@@ -22,8 +22,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="serve streaming ASR over WebSocket (with a browser page)",
         description=(
             "Serve streaming speech recognition over WebSocket (protocol: docs/protocol.md) at "
-            "ws://HOST:PORT/ws, a Vosk-compatible endpoint at /vosk, a captioning page at /, and "
-            "/healthz and /metrics. WebSocket clients of the root URL ws://HOST:PORT/ speak --dialect: "
+            "ws://HOST:PORT/ws, a Vosk-compatible endpoint at /vosk, text to speech at /tts (text in, "
+            "audio frames out), a captioning page at /, and /healthz and /metrics. WebSocket clients of the root URL ws://HOST:PORT/ speak --dialect: "
             "burble's protocol, or vosk to stand in for a Vosk server with its clients unchanged. The "
             "model is warmed up before the server listens. SIGTERM or Ctrl-C stops it gracefully: "
             "every session gets its final results before the server closes it."

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -94,6 +94,7 @@ def generate(
     drafter: Optional[Drafter] = None,
     probe_index: Optional[int] = None,
     generator: Optional[torch.Generator] = None,
+    on_tokens: Optional[Callable[[list[list[int]]], None]] = None,
 ) -> GenerationResult:
     """Decode a continuation of ``prompt`` with greedy search or sampling, optionally speculative.
 
@@ -105,6 +106,8 @@ def generate(
       drafter: a speculative drafter (batch size 1 only); ``None`` decodes one token per pass.
       probe_index: absolute position whose raw logits to return (Whisper's no-speech probability).
       generator: random source for sampling.
+      on_tokens: called after every pass with each row's newly generated tokens (end of sequence
+        excluded), so a consumer can stream them (TTS turns them into audio as they come).
 
     Returns:
       A :class:`GenerationResult`.
@@ -168,6 +171,7 @@ def generate(
             stats.target_passes += 1
             stats.record_round(len(draft_tokens), n_accepted)
         # Rows: the accepted draft, then the verifier's token (log-probs under the processed logits).
+        counts = [len(row) for row in tokens]
         for b in range(batch):
             if finished[b]:
                 continue
@@ -179,6 +183,8 @@ def generate(
                     finished[b] = True
                     break
                 tokens[b].append(token)
+        if on_tokens is not None:
+            on_tokens([row[n:] for row, n in zip(tokens, counts)])
         width = n_accepted + 1
         # Finished rows keep feeding end-of-sequence so the batch stays rectangular.
         new = [[eos] * width if done else row for done, row in zip(finished, emitted)]

@@ -35,9 +35,10 @@ class ServerThread:
       options: server options; ``port=0`` (the default here) picks a free port.
     """
 
-    def __init__(self, factory: RecognizerFactory, options: Optional[ServerOptions] = None) -> None:
+    def __init__(self, factory: RecognizerFactory, options: Optional[ServerOptions] = None, *,
+                 voice: Optional[Callable[[], Any]] = None) -> None:
         options = options or ServerOptions(port=0)
-        self.server = AsrServer(factory, options)
+        self.server = AsrServer(factory, options, voice=voice)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="burble-test-server", daemon=True)
         self._started = threading.Event()

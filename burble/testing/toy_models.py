@@ -198,6 +198,8 @@ def sequence_distribution(
     done: dict[tuple[int, ...], float] = {}
     frontier: dict[tuple[int, ...], float] = {(): 1.0}
     for _ in range(length):
+        if not frontier:  # every sequence has ended
+            break
         prefixes = list(frontier)
         rows = torch.tensor([list(prompt) + list(p) for p in prefixes], dtype=torch.long)
         cache = model.new_cache(rows.shape[0], rows.shape[1])

@@ -8,7 +8,7 @@ other way round) and a session can be built in a test without a server at all.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from burble.streaming.server.metrics import ServerMetrics
 from burble.streaming.server.options import ServerOptions
@@ -27,6 +27,8 @@ class SessionContext:
       factory: makes the session's recognizer.
       unregister: called with the session id once the session has ended and cleaned up, so
         the server's count of open sessions returns to zero.
+      voice: returns the text-to-speech ``Synthesizer`` the ``/tts`` endpoint speaks with (loaded on
+        first use; raises ``TTSInputError`` where no voice is installed).
     """
 
     options: ServerOptions
@@ -34,3 +36,10 @@ class SessionContext:
     engine: ComputeEngine
     factory: RecognizerFactory
     unregister: Callable[[str], None]
+    voice: Callable[[], Any] = lambda: _default_voice()
+
+
+def _default_voice() -> Any:
+    import burble.tts
+
+    return burble.tts.load()

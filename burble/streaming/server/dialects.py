@@ -9,6 +9,7 @@ itself, so a new dialect is one entry here.
 from __future__ import annotations
 
 from burble.streaming.server.session import Session
+from burble.streaming.server.tts_session import TtsSession
 from burble.streaming.server.vosk import VoskSession
 
 # Dialect name (``ServerOptions.dialect``, ``burble serve --dialect``) -> the session class.
@@ -19,7 +20,7 @@ FIXED_PATHS: dict[str, str] = {"/ws": "burble", "/vosk": "vosk"}
 
 
 def websocket_routes(root_dialect: str) -> dict[str, type[Session]]:
-    """URL path -> session class, with ``/`` speaking ``root_dialect``.
+    """URL path -> session class, with ``/`` speaking ``root_dialect`` and ``/tts`` speaking text to speech.
 
     The root is what clients written for another server connect to: vosk-server's own clients
     open ``ws://host:port/``, so ``root_dialect="vosk"`` makes burble a drop-in for them.
@@ -31,4 +32,5 @@ def websocket_routes(root_dialect: str) -> dict[str, type[Session]]:
         raise ValueError(f"unknown dialect {root_dialect!r} (known: {', '.join(DIALECTS)})")
     routes = {path: DIALECTS[name] for path, name in FIXED_PATHS.items()}
     routes["/"] = DIALECTS[root_dialect]
+    routes["/tts"] = TtsSession  # type: ignore[assignment]  # text in, audio out: not an ASR dialect
     return routes

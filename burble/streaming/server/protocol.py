@@ -130,13 +130,14 @@ def _short(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def message_type(message: dict[str, Any]) -> str:
-    """The ``type`` field of a client message (``start`` or ``stop``)."""
+def message_type(message: dict[str, Any], known: tuple[str, ...] = ("start", "stop")) -> str:
+    """The ``type`` field of a client message, one of ``known`` (``/ws``: ``start`` or ``stop``)."""
+    expected = " or ".join(f'"{k}"' for k in known)
     kind = message.get("type")
     if not isinstance(kind, str):
-        raise ProtocolError("bad_message", 'a message needs a string "type" field ("start" or "stop")')
-    if kind not in ("start", "stop"):
-        raise ProtocolError("unknown_type", f'unknown message type {_short(repr(kind), 40)} (expected "start" or "stop")')
+        raise ProtocolError("bad_message", f'a message needs a string "type" field ({expected})')
+    if kind not in known:
+        raise ProtocolError("unknown_type", f"unknown message type {_short(repr(kind), 40)} (expected {expected})")
     return kind
 
 

@@ -10,6 +10,7 @@ Routes (all on one port; plain HTTP is answered from the handshake hook ``proces
 
 - ``/ws``: the burble protocol (docs/protocol.md);
 - ``/vosk``: a Vosk-server compatible endpoint (``{"config": ...}``, PCM, ``{"eof": 1}``);
+- ``/tts``: text to speech (``{"type": "speak", "text": ...}`` in, audio frames out; ``tts_session``);
 - ``/`` (WebSocket): the dialect of ``ServerOptions.dialect`` (``dialects.websocket_routes``);
 - ``GET /healthz``: ``{"status": "ok", ...}`` (no token needed: for load balancers);
 - ``GET /metrics`` (Prometheus text) and ``GET /metrics.json``: counters (token needed if set);
@@ -27,13 +28,14 @@ let every session flush its finals, close them with 1001 (going away).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import http
 import itertools
 import logging
 import secrets
 import signal
 import time
-from typing import Optional
+from typing import Any, Callable, Optional
 from urllib.parse import urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -68,13 +70,16 @@ class AsrServer:
         await server.serve_forever()   # until SIGTERM / SIGINT
     """
 
-    def __init__(self, factory: RecognizerFactory, options: ServerOptions = ServerOptions()) -> None:
+    def __init__(self, factory: RecognizerFactory, options: ServerOptions = ServerOptions(), *,
+                 voice: Optional[Callable[[], Any]] = None) -> None:
         self.factory = factory
         self.options = options
         self.routes = websocket_routes(options.dialect)
         self.engine = ComputeEngine(options.compute_slots or default_compute_slots(), name="burble-compute")
         self.metrics = ServerMetrics()
-        self.context = SessionContext(options, self.metrics, self.engine, factory, self._unregister)
+        context = SessionContext(options, self.metrics, self.engine, factory, self._unregister)
+        # ``voice``: what ``/tts`` speaks with (default: ``burble.tts.load()``, on first use).
+        self.context = context if voice is None else dataclasses.replace(context, voice=voice)
         self.sessions: dict[str, Session] = {}
         self._ids = itertools.count(1)
         self._prefix = secrets.token_hex(3)

@@ -13,6 +13,7 @@ from burble.streaming.client import ClientOptions, websocket_url
 from burble.streaming.loop import PipelineMetrics
 from burble.streaming.server import ServerOptions
 from burble.streaming.server.dialects import websocket_routes
+from burble.streaming.server.tts_session import TtsSession
 from burble.streaming.server.logs import JsonFormatter, configure_logging
 from burble.streaming.server.session import Session
 from burble.streaming.server.vosk import VoskSession
@@ -121,8 +122,8 @@ def test_library_warnings_become_json_log_lines(capsys):
 
 
 def test_dialect_table():
-    assert websocket_routes("burble") == {"/ws": Session, "/vosk": VoskSession, "/": Session}
-    assert websocket_routes("vosk") == {"/ws": Session, "/vosk": VoskSession, "/": VoskSession}
+    assert websocket_routes("burble") == {"/ws": Session, "/vosk": VoskSession, "/": Session, "/tts": TtsSession}
+    assert websocket_routes("vosk") == {"/ws": Session, "/vosk": VoskSession, "/": VoskSession, "/tts": TtsSession}
     with pytest.raises(ValueError, match="unknown dialect"):
         websocket_routes("kaldi")
 

@@ -1,0 +1,286 @@
+"""``burble.tts.load()``: text -> speech with the codec LM, decoded by the shared decoding core.
+
+Text is normalised and cut into sentences (:mod:`burble.tts.normalize`), each sentence becomes
+phoneme units (:mod:`burble.tts.phonemes`), and :func:`burble.decoding.generate.generate` (the
+loop that decodes Whisper) samples the sentence's token stream from a :class:`CodecLMSession`.
+Tokens become codec frames (``books`` codes each) and the codec (``burble.codecs``) turns them
+into 22.05 kHz audio.
+
+``synthesize`` returns the whole utterance; ``stream`` yields audio while tokens are still being
+generated: frames go through the codec's streaming decoder (the exact streaming vocoder, so the
+streamed audio is the whole-file audio) in small chunks first, then larger ones (less vocoder
+overhead). With the same seed both give the same samples.
+"""
+
+from __future__ import annotations
+
+import functools
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import numpy as np
+import torch
+
+from burble.decoding.generate import generate
+from burble.decoding.options import DecodingOptions
+from burble.decoding.stats import SpeculativeStats
+from burble.tts.model import CodecLM, CodecLMSession, load_state, unit_ids
+from burble.tts.normalize import TTSInputError, split_sentences
+from burble.tts.phonemes import PhonemeInventory
+
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+DEFAULT_VOICE = "joe"
+FIRST_CHUNK_FRAMES = 2  # until the first audio is out, frames go to the vocoder in pairs (latency) ...
+CHUNK_FRAMES = 8        # ... then in eights (the streaming vocoder's cost per call)
+MAX_CHARS = 400         # longer sentences are cut at a clause or word break
+
+
+@dataclass(frozen=True)
+class SynthesisOptions:
+    """How to sample speech.
+
+    Attributes:
+      temperature: sampling temperature of the codec LM (0: greedy, flat and robotic).
+      top_k: sample among the k most likely tokens (0: all).
+      top_p: nucleus mass (1.0: off).
+      seed: random seed (``None``: a fresh one each call); sentence ``i`` uses ``seed + i``.
+      speculative: ``"off"`` or ``"mtp"`` (the model's draft heads; exact sampling either way).
+      draft_length: tokens drafted per pass when speculative.
+    """
+
+    temperature: float = 0.5
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: Optional[int] = None
+    speculative: str = "off"
+    draft_length: int = 3
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise TTSInputError("temperature must be >= 0")
+        if self.speculative not in ("off", "mtp"):
+            raise TTSInputError(f"speculative must be 'off' or 'mtp', got {self.speculative!r}")
+
+
+@dataclass
+class SentenceResult:
+    """One generated sentence: its text, units, frames, and whether it looks like a failure."""
+
+    text: str
+    units: int
+    frames: int
+    failed: bool
+
+
+@dataclass
+class Synthesis:
+    """Audio for a text (22.05 kHz float32 mono) and how it was made."""
+
+    audio: np.ndarray
+    sample_rate: int
+    sentences: list[SentenceResult]
+    stats: SpeculativeStats = field(default_factory=SpeculativeStats)
+    seconds: float = 0.0
+
+    @property
+    def duration(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+    @property
+    def rtf(self) -> float:
+        return self.seconds / self.duration if self.duration else 0.0
+
+
+class FrameAssembler:
+    """Generated tokens -> whole codec frames ``(books, n)``; duration tokens are skipped."""
+
+    def __init__(self, model: CodecLM) -> None:
+        self.config = model.config
+        self._partial: list[int] = []
+
+    def push(self, tokens: list[int]) -> np.ndarray:
+        c = self.config
+        frames = []
+        for token in tokens:
+            if token < c.duration_offset:
+                self._partial.append(token - len(self._partial) * c.codebook_size)
+                if len(self._partial) == c.num_books:
+                    frames.append(self._partial)
+                    self._partial = []
+        return np.array(frames, dtype=np.int64).reshape(-1, c.num_books).T
+
+
+def _failed(units: int, frames: int, model: CodecLM) -> bool:
+    """A stuck sentence: some unit ran to the longest duration, or > 0.6 s of audio per unit."""
+    return frames >= units * model.config.max_duration or frames > units * 13
+
+
+class Synthesizer:
+    """A codec LM voice with its phoneme inventory and codec.
+
+    Args:
+      model: the trained codec LM.
+      inventory: its phoneme symbols.
+      codec: the codec whose tokens it generates (``burble.codecs.load(codec_name)``).
+      name: the voice's name.
+      heads: MTP draft heads for ``speculative="mtp"`` (``None``: not available).
+    """
+
+    def __init__(self, model: CodecLM, inventory: PhonemeInventory, codec, name: str, heads=None) -> None:
+        self.model = model
+        self.inventory = inventory
+        self.codec = codec
+        self.name = name
+        self.heads = heads
+        self.sample_rate = codec.sample_rate
+
+    # ------------------------------------------------------------------ text -> units
+    def sentences(self, text: str) -> list[str]:
+        return split_sentences(text, max_chars=MAX_CHARS)
+
+    def units(self, sentence: str) -> list[int]:
+        return unit_ids(self.inventory.text_to_ids(sentence))
+
+    # ------------------------------------------------------------------ units -> codes
+    def generate_codes(self, units: list[int], options: SynthesisOptions, seed: int,
+                       on_frames: Optional[Callable[[np.ndarray], None]] = None) -> tuple[np.ndarray, SpeculativeStats]:
+        """Codec codes ``(books, frames)`` of one sentence, sampled with the shared loop."""
+        session = CodecLMSession(self.model, units)
+        c = self.model.config
+        decoding = DecodingOptions(max_new_tokens=session.max_tokens, eos_token_id=c.eos, temperature=options.temperature,
+                                   top_k=options.top_k, top_p=options.top_p, draft_length=options.draft_length)
+        generator = torch.Generator().manual_seed(seed)
+        assembler = FrameAssembler(self.model)
+        frames: list[np.ndarray] = []
+
+        def on_tokens(rows: list[list[int]]) -> None:
+            new = assembler.push(rows[0])
+            if new.shape[1]:
+                frames.append(new)
+                if on_frames is not None:
+                    on_frames(new)
+
+        drafter = None
+        if options.speculative == "mtp":
+            if self.heads is None:
+                raise TTSInputError(f"the voice {self.name!r} ships no draft heads: use speculative='off'")
+            from burble.decoding.mtp import MTPDrafter
+
+            drafter = MTPDrafter(session, self.heads, eos_token_id=c.eos)
+        prompt = torch.tensor([[c.bos]])
+        result = generate(session, prompt, decoding, drafter=drafter, generator=generator, on_tokens=on_tokens)
+        codes = np.concatenate(frames, axis=1) if frames else np.zeros((c.num_books, 0), dtype=np.int64)
+        return codes, result.stats
+
+    def _plan(self, text: str, options: SynthesisOptions) -> tuple[list[tuple[str, list[int]]], int]:
+        sentences = [(s, self.units(s)) for s in self.sentences(text)]
+        seed = options.seed if options.seed is not None else int(torch.randint(0, 2**31 - 1, ()).item())
+        return sentences, seed
+
+    # ------------------------------------------------------------------ text -> audio
+    def synthesize(self, text: str, options: SynthesisOptions = SynthesisOptions()) -> Synthesis:
+        """The whole utterance at once (see the module docstring)."""
+        started = time.perf_counter()
+        plan, seed = self._plan(text, options)
+        stats = SpeculativeStats()
+        pieces, results = [], []
+        for i, (sentence, units) in enumerate(plan):
+            codes, sentence_stats = self.generate_codes(units, options, seed + i)
+            stats.merge(sentence_stats)
+            results.append(SentenceResult(sentence, len(units), codes.shape[1], _failed(len(units), codes.shape[1], self.model)))
+            if codes.shape[1]:
+                pieces.append(self.codec.decode(codes))
+        audio = np.concatenate(pieces).astype(np.float32) if pieces else np.zeros(0, np.float32)
+        return Synthesis(audio, self.sample_rate, results, stats, time.perf_counter() - started)
+
+    def stream(self, text: str, options: SynthesisOptions = SynthesisOptions()) -> Iterator[np.ndarray]:
+        """Audio chunks (22.05 kHz float32) as they are generated; the text is checked before the
+        first chunk, so bad input raises :class:`TTSInputError` at once."""
+        plan, seed = self._plan(text, options)
+        chunks: "queue.Queue[object]" = queue.Queue(maxsize=64)
+        done = object()
+        stop = threading.Event()
+
+        def produce() -> None:
+            try:
+                for i, (_, units) in enumerate(plan):
+                    decoder = self.codec.stream_decoder()
+                    pending: list[np.ndarray] = []
+                    heard = [i > 0]  # small chunks until the first audio is out (the vocoder lags)
+
+                    def on_frames(frames: np.ndarray) -> None:
+                        if stop.is_set():
+                            raise _Stopped()
+                        pending.append(frames)
+                        if sum(p.shape[1] for p in pending) >= (CHUNK_FRAMES if heard[0] else FIRST_CHUNK_FRAMES):
+                            audio = decoder.push(np.concatenate(pending, axis=1))
+                            pending.clear()
+                            if audio.size:
+                                heard[0] = True
+                                chunks.put(audio)
+
+                    self.generate_codes(units, options, seed + i, on_frames=on_frames)
+                    tail = [decoder.push(np.concatenate(pending, axis=1))] if pending else []
+                    audio = np.concatenate(tail + [decoder.flush()])
+                    if audio.size:
+                        chunks.put(audio)
+            except _Stopped:
+                pass
+            except BaseException as e:  # handed to the consumer, which re-raises it
+                chunks.put(e)
+            finally:
+                chunks.put(done)
+
+        worker = threading.Thread(target=produce, name="burble-tts", daemon=True)
+        worker.start()
+        try:
+            while True:
+                item = chunks.get()
+                if item is done:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield item  # type: ignore[misc]
+        finally:
+            stop.set()
+            while worker.is_alive():  # unblock a producer waiting on a full queue
+                try:
+                    chunks.get_nowait()
+                except queue.Empty:
+                    worker.join(0.05)
+
+
+class _Stopped(Exception):
+    """The consumer of ``stream`` went away."""
+
+
+def available_voices() -> list[str]:
+    return sorted(p.name[: -len(".safetensors")] for p in WEIGHTS_DIR.glob("*.safetensors")
+                  if not p.name.endswith(".mtp.safetensors"))
+
+
+def load(name: str = DEFAULT_VOICE) -> Synthesizer:
+    """The shipped voice ``name`` (see ``available_voices()``) or a ``.safetensors`` path."""
+    return _load(name)
+
+
+@functools.lru_cache(maxsize=2)
+def _load(name: str) -> Synthesizer:
+    import burble.codecs
+
+    path = Path(name) if name.endswith(".safetensors") else WEIGHTS_DIR / f"{name}.safetensors"
+    if not path.is_file():
+        raise TTSInputError(f"no TTS voice {name!r}; shipped: {', '.join(available_voices()) or 'none'}")
+    model, symbols, extra = load_state(str(path))
+    heads = None
+    heads_path = path.with_name(path.name[: -len(".safetensors")] + ".mtp.safetensors")
+    if heads_path.is_file():
+        from burble.decoding.mtp import MTPHeads
+
+        heads = MTPHeads.load(heads_path)
+    codec = burble.codecs.load(extra.get("codec", burble.codecs.DEFAULT_CODEC))
+    return Synthesizer(model, PhonemeInventory(tuple(symbols)), codec, path.name[: -len(".safetensors")], heads)

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# burble's TTS voice: a codec language model over the shipped codec's tokens, conditioned on
+# phonemes with their durations spelled out in the token stream. Trained on CPU from Piper speech.
+#
+#   recipes/tts/run.sh                          # data, train, export, report
+#   recipes/tts/run.sh --stage 1 --steps 3000   # train longer on the data already made (resumes)
+#
+# Stages (re-runnable and resumable; --stage/--stop-stage select a range):
+#   0  data:    LJ sentences -> burble's phonemes -> Piper audio with per-phoneme durations -> codec
+#               codes, in shards under $cache/data (finished shards are kept: a rerun resumes)
+#   1  train:   the codec LM (checkpoint every 50 steps: model, optimiser, step, log; resumes)
+#   2  export:  -> burble/tts/weights/<name>.safetensors (what burble ships)
+#   3  report:  loss curves and the last validation -> RESULTS.md, report.png
+#
+# Data (3500 sentences, ~5.5 h of speech) takes ~20 min on 2 cores, training (2000 steps) ~60 min.
+set -euo pipefail
+
+stage=0
+stop_stage=100
+clips=3500
+heldout=40
+steps=2000
+books=2
+name=joe
+threads=0
+cache=""              # default: ~/.cache/burble/tts
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --stage) stage=$2; shift 2 ;;
+    --stop-stage) stop_stage=$2; shift 2 ;;
+    --clips) clips=$2; shift 2 ;;
+    --heldout) heldout=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --books) books=$2; shift 2 ;;
+    --name) name=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --cache) cache=$2; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+recipe_dir=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$recipe_dir/../.." && pwd)
+cache=${cache:-$HOME/.cache/burble/tts}
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x "$repo/.venv/bin/python" ]; then PYTHON=$repo/.venv/bin/python; else PYTHON=python3; fi
+fi
+log() { echo "$(date '+%F %T') [tts] $*" >&2; }
+mkdir -p "$cache"
+
+if [ "$stage" -le 0 ] && [ "$stop_stage" -ge 0 ]; then
+  log "stage 0: $clips training + $heldout validation Piper sentences -> $cache/data"
+  $PYTHON "$recipe_dir/local/prepare.py" --out-dir "$cache/data" --clips "$clips" --heldout "$heldout"
+fi
+
+if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
+  log "stage 1: train $steps steps -> $cache/exp"
+  $PYTHON "$recipe_dir/local/train.py" --data-dir "$cache/data" --exp-dir "$cache/exp" --steps "$steps" \
+    --books "$books" --threads "$threads"
+fi
+
+if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
+  log "stage 2: export -> burble/tts/weights/$name.safetensors"
+  $PYTHON "$recipe_dir/local/export.py" --checkpoint "$cache/exp/checkpoint.pt" --out "$repo/burble/tts/weights/$name.safetensors"
+fi
+
+if [ "$stage" -le 3 ] && [ "$stop_stage" -ge 3 ]; then
+  log "stage 3: report -> $recipe_dir/RESULTS.md"
+  $PYTHON "$recipe_dir/local/report.py" --checkpoint "$cache/exp/checkpoint.pt" --out-dir "$recipe_dir" \
+    --data "Data: $clips Piper (en_US-joe-medium) LJ sentences rendered from burble's own phonemes, $heldout for validation."
+fi
+log "done"

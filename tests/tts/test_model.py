@@ -1,0 +1,110 @@
+"""The codec LM's token grammar, its KV-cached session, and generation through the shared loop."""
+
+import numpy as np
+import pytest
+import torch
+
+from burble.decoding.generate import generate
+from burble.decoding.options import DecodingOptions
+from burble.tts.model import (
+    SLOT_DURATION,
+    CodecLM,
+    CodecLMConfig,
+    CodecLMSession,
+    slot_features,
+    stream_slots,
+    token_stream,
+    unit_durations,
+    unit_ids,
+)
+
+CONFIG = CodecLMConfig(num_phonemes=20, num_books=2, codebook_size=16, max_duration=5, width=32, heads=2,
+                       decoder_layers=2, encoder_layers=1, ff=64, dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return CodecLM(CONFIG).eval()
+
+
+def test_pads_fold_into_the_unit_before_them():
+    ids = [1, 0, 7, 0, 9, 0, 2]  # ^ _ a _ b _ $
+    assert unit_ids(ids) == [1, 7, 9, 2]
+    assert unit_durations([1, 2, 3, 0, 0, 4, 1]) == [3, 3, 4, 1]
+
+
+def test_stream_spells_durations_then_frames_and_the_grammar_reads_it_back():
+    codes = np.array([[1, 2, 3, 4], [5, 6, 7, 8]])
+    stream = token_stream(CONFIG, [2, 0, 2], codes)
+    d = CONFIG.duration_offset
+    assert stream == [CONFIG.bos, d + 2, 1, 16 + 5, 2, 16 + 6, d + 0, d + 2, 3, 16 + 7, 4, 16 + 8, CONFIG.eos]
+    slots = stream_slots(CONFIG, stream, num_units=3)
+    assert len(slots) == len(stream) - 1
+    # Position p predicts token p + 1: its slot allows exactly that token's kind.
+    kinds = [SLOT_DURATION if t >= d and t < CONFIG.bos else (1 + t // 16 if t < d else CONFIG.num_books + 1) for t in stream[1:]]
+    assert [s.slot for s in slots] == kinds
+    assert [s.unit for s in slots] == [0, 0, 0, 0, 0, 1, 2, 2, 2, 2, 2, 2]
+    with pytest.raises(ValueError):
+        token_stream(CONFIG, [2, 2], codes[:, :3])
+
+
+def test_incremental_decoding_with_rollback_equals_one_full_pass(model):
+    codes = np.random.default_rng(0).integers(0, 16, (2, 7))
+    units = [1, 4, 5, 2]
+    stream = token_stream(CONFIG, [1, 3, 0, 3], codes)
+    session = CodecLMSession(model, units)
+    full = session.forward(torch.tensor([stream]), session.new_cache(1, 64))
+    cache = session.new_cache(1, 64)
+    pieces = [session.forward(torch.tensor([stream[:3]]), cache)]
+    # A rejected draft: wrong tokens written, then rolled back, must leave no trace.
+    session.forward(torch.tensor([[CONFIG.duration_offset + 5, 3, 20]]), cache)
+    cache.truncate(3)
+    for t in range(3, len(stream)):
+        pieces.append(session.forward(torch.tensor([[stream[t]]]), cache))
+    step = torch.cat(pieces, dim=1)
+    finite = torch.isfinite(full)
+    assert torch.equal(finite, torch.isfinite(step))
+    assert torch.allclose(full[finite], step[finite], atol=1e-4)
+    # Each position allows only its slot's tokens.
+    for p, slot in enumerate(stream_slots(CONFIG, stream, len(units))):
+        allowed = torch.isfinite(full[0, p]).nonzero().flatten()
+        assert allowed.numel() == (CONFIG.max_duration + 1 if slot.slot == SLOT_DURATION else 1 if slot.slot == 3 else 16)
+
+
+def test_generation_through_the_shared_loop_gives_a_well_formed_stream(model):
+    units = [1, 4, 5, 6, 2]
+    session = CodecLMSession(model, units)
+    options = DecodingOptions(max_new_tokens=session.max_tokens, eos_token_id=CONFIG.eos, temperature=1.0)
+    result = generate(session, torch.tensor([[CONFIG.bos]]), options, generator=torch.Generator().manual_seed(0))
+    assert result.finished == [True]
+    stream = [CONFIG.bos] + result.tokens[0] + [CONFIG.eos]
+    durations = [t - CONFIG.duration_offset for t in stream if CONFIG.duration_offset <= t < CONFIG.bos]
+    assert len(durations) == len(units)
+    frames = [t for t in stream if t < CONFIG.duration_offset]
+    assert len(frames) == CONFIG.num_books * sum(durations)
+    assert len(stream) <= session.max_tokens
+
+
+def test_teacher_forced_loss_learns_a_fixed_utterance():
+    torch.manual_seed(0)
+    net = CodecLM(CONFIG)
+    codes = np.random.default_rng(1).integers(0, 16, (2, 6))
+    units = torch.tensor([[1, 4, 5, 2]])
+    stream = token_stream(CONFIG, [1, 2, 2, 1], codes)
+    features = slot_features(CONFIG, stream_slots(CONFIG, stream, 4))[None]
+    batch = dict(units=units, unit_padding=torch.zeros(1, 4, dtype=torch.bool), tokens=torch.tensor([stream[:-1]]),
+                 features=features, targets=torch.tensor([stream[1:]]))
+    optimizer = torch.optim.Adam(net.parameters(), 3e-3)
+    first = None
+    for _ in range(120):
+        loss, _ = net.loss(**batch)
+        first = first if first is not None else loss.item()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert loss.item() < 0.1 * first
+    net.eval()
+    session = CodecLMSession(net, units[0].tolist())
+    greedy = generate(session, torch.tensor([[CONFIG.bos]]), DecodingOptions(max_new_tokens=session.max_tokens, eos_token_id=CONFIG.eos))
+    assert [CONFIG.bos] + greedy.tokens[0] + [CONFIG.eos] == stream
