@@ -171,7 +171,7 @@ def generate(
             stats.target_passes += 1
             stats.record_round(len(draft_tokens), n_accepted)
         # Rows: the accepted draft, then the verifier's token (log-probs under the processed logits).
-        counts = [len(row) for row in tokens]
+        counts = [len(row) for row in tokens] if on_tokens is not None else []
         for b in range(batch):
             if finished[b]:
                 continue
