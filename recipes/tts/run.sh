@@ -12,7 +12,7 @@
 #   2  export:  -> burble/tts/weights/<name>.safetensors (what burble ships)
 #   3  report:  loss curves and the last validation -> RESULTS.md, report.png
 #
-# Data (3500 sentences, ~5.5 h of speech) takes ~20 min on 2 cores, training (2000 steps) ~60 min.
+# Data (3500 sentences, 5.3 h of speech) takes ~25 min on 2 cores, training (2000 steps) ~70 min.
 set -euo pipefail
 
 stage=0
