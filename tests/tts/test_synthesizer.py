@@ -61,9 +61,16 @@ def test_very_long_and_odd_text_gives_a_sane_result(tiny_voice):
 
 
 def test_a_stream_closed_early_stops_generating(tiny_voice):
+    import threading
+    import time
+
     stream = tiny_voice.stream("A long text. " * 10, SynthesisOptions(seed=0))
     next(stream)
-    stream.close()  # must return promptly and leave no thread behind
+    assert any(t.name == "burble-tts" for t in threading.enumerate())  # generation is under way
+    started = time.perf_counter()
+    stream.close()
+    assert time.perf_counter() - started < 5.0
+    assert not any(t.name == "burble-tts" for t in threading.enumerate())  # and it stopped
 
 
 def test_unknown_voice_and_missing_heads_are_clear_errors(tiny_voice):
