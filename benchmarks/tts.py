@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         acc = {s: {"hyp": {j: [] for j in judges}, "seconds": 0.0, "wall": 0.0, "ratio": [], "failed": 0} for s in systems}
         first_audio: list[float] = []
         stream_wall = [0.0, 0.0]  # wall seconds, audio seconds of the streamed sentences
-        spec = {"off": [0.0, 0, 0], "mtp": [0.0, 0, 0]}  # decoder seconds, passes, tokens
+        spec = {"off": [0.0, 0, 0, 0.0], "mtp": [0.0, 0, 0, 0.0]}  # decoder seconds, passes, tokens, synthesis seconds
+        spec_hyp: dict[str, list[tuple[str, str]]] = {"off": [], "mtp": []}  # the first judge's transcripts
         spec_stats = None
         for n, (item_id, text) in enumerate(sentences):
             reference = piper_speech(text, sample_rate=voice.sample_rate)
@@ -128,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                     spec[mode][0] += r.stats.decoder_seconds
                     spec[mode][1] += r.stats.target_passes
                     spec[mode][2] += r.stats.generated
+                    spec[mode][3] += r.seconds
+                    spec_hyp[mode].append((text, transcribe(r.audio)[judges[0]]))
                     if mode == "mtp":
                         if spec_stats is None:
                             spec_stats = r.stats
@@ -154,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             spec_rows.append([set_name, min(args.speculative_sentences, len(sentences)),
                               f"{spec['off'][1] / max(spec['off'][2], 1):.2f}", f"{spec['mtp'][1] / max(spec['mtp'][2], 1):.2f}",
                               f"{spec_stats.mean_acceptance_length:.2f}", " / ".join(f"{r:.2f}" for r in rate),
-                              f"{spec['off'][0] / spec['mtp'][0]:.2f}x"])
+                              f"{spec['off'][0] / spec['mtp'][0]:.2f}x", f"{spec['off'][3] / spec['mtp'][3]:.2f}x",
+                              " / ".join(f"{100 * corpus_word_errors(spec_hyp[m]).rate:.1f}%" for m in ("off", "mtp"))])
     body = (f"Voice `{args.voice}`: codec LM {sum(p.numel() for p in voice.model.parameters()) / 1e6:.1f} M parameters, "
             f"{books} codec books ({codec.name}), temperature {args.temperature}, one seed per sentence. Piper: "
             "`en_US-joe-medium`, noise 0 (the voice the LM learned from). WER: greedy burble Whisper on the 16 kHz "
@@ -166,7 +170,11 @@ def main(argv: list[str] | None = None) -> int:
         body += ("\n\n**Speculative sampling** (MTP draft heads, exact: the verifier keeps the target's distribution); "
                  "passes per token with and without drafts on the same sentences and seeds:\n\n"
                  + markdown_table(["set", "sentences", "passes/token plain", "passes/token mtp", "mean accepted length",
-                                   "acceptance by position", "decoder speedup"], spec_rows))
+                                   "acceptance by position", "decoder speedup", "synthesis speedup",
+                                   f"WER {judges[0]} plain / mtp"], spec_rows)
+                 + "\n\nDecoder speedup: wall time of the codec LM's generation (drafting included), plain / mtp; "
+                 "synthesis speedup: the whole `synthesize` (codec and vocoder included). The two columns of WER "
+                 "sample the same distribution with different random draws.")
     elif not speculative:
         body += "\n\nSpeculative sampling: the voice ships no draft heads, so no speculative row."
     append_section("TTS: codec-LM speech, intelligibility and speed", body, machine=machine, write=not args.quick)

@@ -129,7 +129,8 @@ def generate(
 
     def rule(logits: torch.Tensor, prefix: Sequence[int]) -> torch.Tensor:
         processed = _working_precision(logits).clone().unsqueeze(0)
-        apply_processors(processors, processed, torch.tensor([list(prefix)], device=device))
+        if processors:  # drafters call this per drafted token: no prefix tensor when nothing reads it
+            apply_processors(processors, processed, torch.tensor([list(prefix)], device=device))
         if options.temperature == 0:
             return processed[0]
         return warp(processed[0], temperature=options.temperature, top_k=options.top_k, top_p=options.top_p)

@@ -199,18 +199,42 @@ class MTPHeads(nn.Module):
           k: tokens to draft (at most ``num_heads``).
           stop_token: stop after drafting this token (end of sequence).
         """
+        return self.draft_sampled(hidden, token, embed, k, choose=lambda logits, drafted: (int(logits.argmax()), None),
+                                  stop_token=stop_token, memory=memory)[0]
+
+    @torch.inference_mode()
+    def draft_sampled(
+        self, hidden: torch.Tensor, token: int, embed: "EmbedFn", k: int, *, choose: "ChooseFn",
+        stop_token: Optional[int] = None, memory: Optional[Memory] = None,
+    ) -> tuple[list[int], list[torch.Tensor]]:
+        """A chain of at most ``k`` target token ids after ``token``, each picked by ``choose``.
+
+        Args:
+          hidden, token, embed, stop_token, memory: as in :meth:`draft`.
+          choose: ``(logits over the draft vocabulary (V_d,), tokens drafted so far) -> (draft-vocabulary
+            row, its draft distribution or None)``; :meth:`draft` takes the argmax, a sampling
+            drafter samples and returns ``q``.
+
+        Returns:
+          ``(target token ids, the distributions choose returned)``.
+        """
         k = min(k, len(self.heads))
         hidden = hidden.reshape(1, -1).to(self.projection.weight.dtype)
         context = embed(torch.tensor([token], device=hidden.device)).to(hidden.dtype)[None]  # (1, 1, D)
         drafted: list[int] = []
+        dists: list[torch.Tensor] = []
         for i in range(k):
-            state = self.heads[i](hidden, context, memory)
-            best = int(self.draft_ids[int(self.projection(state).argmax(dim=-1))])
-            drafted.append(best)
-            if best == stop_token or i == k - 1:
+            logits = self.projection(self.heads[i](hidden, context, memory))[0].float()
+            row, dist = choose(logits, drafted)
+            if row < 0:
                 break
-            context = torch.cat([context, embed(torch.tensor([best], device=hidden.device)).to(hidden.dtype)[None]], dim=1)
-        return drafted
+            drafted.append(int(self.draft_ids[row]))
+            if dist is not None:
+                dists.append(dist)
+            if drafted[-1] == stop_token or i == k - 1:
+                break
+            context = torch.cat([context, embed(self.draft_ids[row : row + 1]).to(hidden.dtype)[None]], dim=1)
+        return drafted, dists
 
     @torch.inference_mode()
     def expand(
@@ -328,6 +352,10 @@ class EmbedFn(Protocol):
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor: ...
 
 
+class ChooseFn(Protocol):
+    def __call__(self, logits: torch.Tensor, drafted: list[int]) -> tuple[int, Optional[torch.Tensor]]: ...
+
+
 class MTPDrafter:
     """Draft with a model's MTP heads from the hidden state of its last verification pass.
 
@@ -343,15 +371,26 @@ class MTPDrafter:
       heads: the target's draft heads.
       eos_token_id: nothing is drafted after this token.
       tree: draft trees of this shape (``None``: a chain of the heads' best tokens).
+      sample: draft a chain *sampled* from the heads, each token from ``q``: the head's logits
+        over the full vocabulary (``-inf`` outside the draft vocabulary) through the target's own
+        rule (processors, temperature, top-k/top-p), and hand ``q`` to the verifier. Speculative
+        sampling then accepts a token with probability ``min(1, p/q)``: on average
+        ``sum min(p, q)``, far more than a one-hot draft's ``p(argmax q)`` when the heads have
+        learned ``p``. Only for sampling decodes (temperature > 0); ignores ``tree``.
+      generator: random source of the sampled drafts (seed it for reproducible runs).
     """
 
     def __init__(
-        self, model: HiddenStateModel, heads: MTPHeads, *, eos_token_id: Optional[int] = None, tree: Optional[TreeShape] = None
+        self, model: HiddenStateModel, heads: MTPHeads, *, eos_token_id: Optional[int] = None, tree: Optional[TreeShape] = None,
+        sample: bool = False, generator: Optional[torch.Generator] = None,
     ) -> None:
         self.model = model
         self.heads = heads
         self.eos_token_id = eos_token_id
         self.tree = tree
+        self.sample = sample
+        self.generator = generator
+        self._row_of: Optional[torch.Tensor] = None
         self._last_tree: Optional[tuple[int, list[int], list[int]]] = None  # (sequence length, tokens, parents)
 
     def _hidden_row(self, tokens: Sequence[int], start: int) -> int:
@@ -379,6 +418,8 @@ class MTPDrafter:
         state, token = hidden[0, row], int(tokens[-1])
         memory = self.model.draft_memory() if self.heads.config.memory_heads else None
         embed = self.model.embed_tokens
+        if self.sample:
+            return self._sampled_chain(tokens, state, token, k, rule, memory)
         if self.tree is None:
             return Draft(self.heads.draft(state, token, embed, k, self.eos_token_id, memory))
         if self.tree.paths is not None:
@@ -387,3 +428,31 @@ class MTPDrafter:
             draft_tokens, parents = self.heads.draft_tree(state, token, embed, k, self.tree, self.eos_token_id, memory)
         self._last_tree = (len(tokens), draft_tokens, parents)
         return Draft(draft_tokens, parents=parents)
+
+    def _sampled_chain(
+        self, tokens: Sequence[int], state: torch.Tensor, token: int, k: int, rule: TargetRule, memory: Optional[Memory]
+    ) -> Draft:
+        vocab_size = int(self.model.vocab_size)  # type: ignore[attr-defined]
+        prefix = [int(t) for t in tokens]
+        draft_ids = self.heads.draft_ids
+        if self._row_of is None:  # target id -> draft-vocabulary row (-1: not in it)
+            self._row_of = torch.full((vocab_size,), -1, dtype=torch.long)
+            self._row_of[draft_ids.cpu()] = torch.arange(draft_ids.shape[0])
+        row_of = self._row_of
+
+        def choose(logits: torch.Tensor, drafted: list[int]) -> tuple[int, Optional[torch.Tensor]]:
+            full = torch.full((vocab_size,), float("-inf"), dtype=logits.dtype, device=logits.device)
+            full[draft_ids] = logits
+            q = rule(full, prefix + drafted)
+            if bool((q < 0).any()):  # a greedy rule returns logits, which multinomial would misread
+                raise ValueError("MTPDrafter(sample=True) needs a sampling decode (temperature > 0): "
+                                 "the rule did not return probabilities")
+            mass = float(q.sum())
+            if not mass > 0.5:  # NaN or nothing left of the draft vocabulary: stop drafting
+                return -1, None
+            target = int(torch.multinomial(q, 1, generator=self.generator))
+            return int(row_of[target]), q
+
+        drafted, dists = self.heads.draft_sampled(state, token, self.model.embed_tokens, k, choose=choose,
+                                                  stop_token=self.eos_token_id, memory=memory)
+        return Draft(drafted, torch.stack(dists) if dists else None)

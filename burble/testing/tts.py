@@ -35,3 +35,21 @@ def write_tiny_voice(path: Path, *, seed: int = 0, max_duration: int = 2, books:
     model = CodecLM(tiny_config(inventory, max_duration=max_duration, books=books)).eval()
     model.save(str(path), inventory=inventory.symbols, extra={"codec": "mel-21hz"})
     return path
+
+
+def write_tiny_heads(voice_path: Path, *, seed: int = 0, num_heads: int = 3) -> Path:
+    """Random MTP draft heads for the voice at ``voice_path``, saved beside it as
+    ``<name>.mtp.safetensors`` (where ``burble.tts.load`` looks for them)."""
+    from burble.decoding.mtp import MTPConfig, MTPHeads
+    from burble.tts.model import load_state
+
+    model, _, _ = load_state(str(voice_path))
+    config = model.config
+    torch.manual_seed(seed)
+    heads = MTPHeads(MTPConfig(hidden_size=config.width, num_heads=num_heads, inner_size=32,
+                               draft_vocab_size=config.vocab_size), torch.arange(config.vocab_size))
+    heads.init_projection(model.output.weight)
+    path = Path(voice_path).with_name(Path(voice_path).name[: -len(".safetensors")] + ".mtp.safetensors")
+    heads.save(path)
+    return path
+

@@ -37,6 +37,7 @@ DEFAULT_VOICE = "joe"
 FIRST_CHUNK_FRAMES = 2  # until the first audio is out, frames go to the vocoder in pairs (latency) ...
 CHUNK_FRAMES = 8        # ... then in eights (the streaming vocoder's cost per call)
 MAX_CHARS = 400         # longer sentences are cut at a clause or word break
+DRAFT_SEED_OFFSET = 1_000_003  # the MTP drafts' random stream: seed + this (apart from the verifier's)
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,9 @@ class SynthesisOptions:
       top_k: sample among the k most likely tokens (0: all).
       top_p: nucleus mass (1.0: off).
       seed: random seed (``None``: a fresh one each call); sentence ``i`` uses ``seed + i``.
-      speculative: ``"off"`` or ``"mtp"`` (the model's draft heads; exact sampling either way).
+      speculative: ``"off"`` or ``"mtp"`` (the voice's draft heads; exact sampling either way: the
+        same distribution of speech in about half the decoder passes, but on a 2-core CPU no
+        faster, see BENCHMARKS.md, so off by default).
       draft_length: tokens drafted per pass when speculative.
     """
 
@@ -170,7 +173,10 @@ class Synthesizer:
                 raise TTSInputError(f"the voice {self.name!r} ships no draft heads: use speculative='off'")
             from burble.decoding.mtp import MTPDrafter
 
-            drafter = MTPDrafter(session, self.heads, eos_token_id=c.eos)
+            # Sampling decodes draft by sampling the heads (q goes to the verifier); the drafts' own
+            # random stream is seeded from the sentence's seed, so a seed still fixes the speech.
+            drafter = MTPDrafter(session, self.heads, eos_token_id=c.eos, sample=options.temperature > 0,
+                                 generator=torch.Generator().manual_seed(seed + DRAFT_SEED_OFFSET))
         prompt = torch.tensor([[c.bos]])
         result = generate(session, prompt, decoding, drafter=drafter, generator=generator, on_tokens=on_tokens)
         codes = np.concatenate(frames, axis=1) if frames else np.zeros((c.num_books, 0), dtype=np.int64)

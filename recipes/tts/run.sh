@@ -2,7 +2,7 @@
 # burble's TTS voice: a codec language model over the shipped codec's tokens, conditioned on
 # phonemes with their durations spelled out in the token stream. Trained on CPU from Piper speech.
 #
-#   recipes/tts/run.sh                          # data, train, export, report
+#   recipes/tts/run.sh                          # data, train, export, report, draft heads
 #   recipes/tts/run.sh --stage 1 --steps 3000   # train longer on the data already made (resumes)
 #
 # Stages (re-runnable and resumable; --stage/--stop-stage select a range):
@@ -11,8 +11,12 @@
 #   1  train:   the codec LM (checkpoint every 50 steps: model, optimiser, step, log; resumes)
 #   2  export:  -> burble/tts/weights/<name>.safetensors (what burble ships)
 #   3  report:  loss curves and the last validation -> RESULTS.md, report.png
+#   4  heads:   MTP draft heads for the exported voice, by self-distillation of its own
+#               distributions (checkpoint every 250 steps; resumes) -> burble/tts/weights/<name>.mtp.safetensors
+#               (burble speak --speculative mtp)
 #
-# Data (3500 sentences, 5.3 h of speech) takes ~25 min on 2 cores, training (2000 steps) ~70 min.
+# Data (3500 sentences, 5.3 h of speech) takes ~25 min on 2 cores, training (2000 steps) ~70 min,
+# the draft heads (2000 steps) ~25 min.
 set -euo pipefail
 
 stage=0
@@ -20,6 +24,7 @@ stop_stage=100
 clips=3500
 heldout=40
 steps=2000
+head_steps=2000
 books=2
 name=joe
 threads=0
@@ -32,11 +37,12 @@ while [ $# -gt 0 ]; do
     --clips) clips=$2; shift 2 ;;
     --heldout) heldout=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --head-steps) head_steps=$2; shift 2 ;;
     --books) books=$2; shift 2 ;;
     --name) name=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --cache) cache=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -70,5 +76,11 @@ if [ "$stage" -le 3 ] && [ "$stop_stage" -ge 3 ]; then
   log "stage 3: report -> $recipe_dir/RESULTS.md"
   $PYTHON "$recipe_dir/local/report.py" --checkpoint "$cache/exp/checkpoint.pt" --out-dir "$recipe_dir" \
     --data "Data: $clips Piper (en_US-joe-medium) LJ sentences rendered from burble's own phonemes, $heldout for validation."
+fi
+if [ "$stage" -le 4 ] && [ "$stop_stage" -ge 4 ]; then
+  log "stage 4: draft heads -> burble/tts/weights/$name.mtp.safetensors"
+  $PYTHON "$recipe_dir/local/heads.py" --voice "$repo/burble/tts/weights/$name.safetensors" --data-dir "$cache/data" \
+    --exp-dir "$cache/heads" --out "$repo/burble/tts/weights/$name.mtp.safetensors" --steps "$head_steps" --threads "$threads" \
+    --results "$recipe_dir/RESULTS.md"
 fi
 log "done"

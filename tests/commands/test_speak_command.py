@@ -63,6 +63,7 @@ def test_stdin_lines_are_spoken(voice):
     (["speak", "--text-file", "{tmp}/missing.txt", "-o", "{tmp}/x.wav"], "cannot read"),
     (["speak", "hi", "-o", "{tmp}/no/such/dir/x.wav"], "cannot open the output"),
     (["speak", "hi", "-o", "{tmp}/x.wav", "--voice", "no-such-voice"], "no TTS voice"),
+    (["speak", "hi", "-o", "{tmp}/x.wav", "--speculative", "mtp"], "ships no draft heads"),
 ])
 def test_user_mistakes_are_one_line_and_leave_no_file(voice, tmp_path, capsys, args, message):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]

@@ -90,6 +90,57 @@ def test_chain_draft_stops_after_the_end_token():
     assert heads.draft(hidden, 1, model.embed_tokens, 9) == [5, 5, 5, 5]  # at most num_heads
 
 
+def _sampling_rule(logits: torch.Tensor, prefix) -> torch.Tensor:
+    return torch.softmax(logits / 0.7, dim=-1)
+
+
+def _sampled_draft(seed: int, k: int = 4):
+    model = HiddenTableModel(V, seed=1)
+    heads = random_heads(0)
+    with torch.no_grad():
+        heads.projection.weight.mul_(0.1)  # random heads are near one-hot; flatter q to sample from
+    model.forward(torch.tensor([[1, 2]]), model.new_cache(1, 16))  # the pass whose last state drafts
+    drafter = MTPDrafter(model, heads, sample=True, generator=torch.Generator().manual_seed(seed))
+    return model, heads, drafter.propose([1, 2, 3], k, _sampling_rule)
+
+
+def test_sampled_drafts_hand_their_q_to_the_verifier():
+    model, heads, draft = _sampled_draft(seed=0)
+    assert len(draft.tokens) == 4 and draft.probs is not None and draft.probs.shape == (4, V)
+    allowed = heads.draft_ids.tolist()
+    assert set(draft.tokens) <= set(allowed)
+    assert torch.allclose(draft.probs.sum(-1), torch.ones(4))
+    outside = [t for t in range(V) if t not in allowed]
+    assert float(draft.probs[:, outside].abs().max()) == 0.0  # q lives on the draft vocabulary
+    # q of the first token is head 0's distribution after the verified token 3, read from the
+    # state of token 2 (the last position of the pass), through the target's rule.
+    with torch.no_grad():
+        logits = heads.projection(heads.heads[0](model.embed_tokens(torch.tensor([2])), model.embed_tokens(torch.tensor([[3]]))))[0]
+    full = torch.full((V,), float("-inf"))
+    full[heads.draft_ids] = logits
+    assert torch.allclose(draft.probs[0], _sampling_rule(full, None), atol=1e-6)
+    # Off-by-one control: the state of token 3 (or of token 1) would give another q.
+    for wrong in (1, 3):
+        with torch.no_grad():
+            other = heads.projection(heads.heads[0](model.embed_tokens(torch.tensor([wrong])), model.embed_tokens(torch.tensor([[3]]))))[0]
+        full[heads.draft_ids] = other
+        assert not torch.allclose(draft.probs[0], _sampling_rule(full, None), atol=1e-3)
+
+
+def test_sampled_drafts_follow_the_seed_and_vary_with_it():
+    drafts = {seed: tuple(_sampled_draft(seed)[2].tokens) for seed in range(12)}
+    assert tuple(_sampled_draft(3)[2].tokens) == drafts[3]
+    assert len(set(drafts.values())) > 3  # sampled, not the argmax chain
+
+
+def test_sampled_drafts_need_a_sampling_rule():
+    model = HiddenTableModel(V, seed=1)
+    model.forward(torch.tensor([[1, 2]]), model.new_cache(1, 16))
+    drafter = MTPDrafter(model, random_heads(0), sample=True)
+    with pytest.raises(ValueError, match="sampling decode"):
+        drafter.propose([1, 2, 3], 3, lambda logits, prefix: logits)  # a greedy rule: processed logits
+
+
 def test_heads_round_trip_through_safetensors(tmp_path):
     heads = random_heads(0)
     path = tmp_path / "heads.safetensors"

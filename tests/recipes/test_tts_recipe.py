@@ -78,3 +78,32 @@ def test_training_resumes_exactly_and_exports_a_loadable_voice(tmp_path):
     model, symbols, extra = load_state(str(voice))
     assert tuple(symbols) == inventory.symbols and extra["steps"] == 4 and extra["codec"] == "mel-21hz"
     assert model.config.num_books == 2 and model.config.width == 32
+
+    # Stage 4: draft heads for the exported voice, resumable like training, beside the voice file.
+    def heads(exp: Path, steps: int) -> str:
+        done = subprocess.run(
+            [sys.executable, str(LOCAL / "heads.py"), "--voice", str(voice), "--data-dir", str(data), "--exp-dir", str(exp),
+             "--out", str(tmp_path / "voice.mtp.safetensors"), "--steps", str(steps), "--inner-size", "16",
+             "--batch", "32", "--warmup", "1", "--checkpoint-every", "2", "--validate-every", "2", "--threads", "1",
+             "--results", str(tmp_path / "RESULTS.md")],
+            capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    heads(tmp_path / "heads_straight", steps=4)
+    straight_heads = torch.load(tmp_path / "heads_straight" / "checkpoint.pt", map_location="cpu", weights_only=False)
+    heads(tmp_path / "heads_resumed", steps=2)
+    assert "resuming from step 2" in heads(tmp_path / "heads_resumed", steps=4)
+    resumed_heads = torch.load(tmp_path / "heads_resumed" / "checkpoint.pt", map_location="cpu", weights_only=False)
+    assert all(torch.equal(straight_heads["heads"][k], resumed_heads["heads"][k]) for k in straight_heads["heads"])
+    assert len(straight_heads["log"][-1]["valid"]["acceptance"]) == 4
+    results = (tmp_path / "RESULTS.md").read_text()
+    assert results.count("## Draft heads") == 1 and "| 3 | t + 5 |" in results
+    done = subprocess.run([sys.executable, str(LOCAL / "report.py"), "--checkpoint", str(straight / "checkpoint.pt"),
+                           "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and (tmp_path / "RESULTS.md").read_text().count("## Draft heads") == 1
+
+    import burble.tts
+
+    assert burble.tts.load(str(voice)).heads is not None
+

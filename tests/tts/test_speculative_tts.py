@@ -3,7 +3,8 @@
 The target is a tiny codec LM (1 book of 3 codes, units of 0-2 frames) bound to a 2-unit
 utterance, so every token stream it can generate is enumerable (``sequence_distribution``). Drafts
 come from a smaller, differently seeded codec LM sampled with its own ``q`` (a draft LM, as the
-TTS issue allows) and from random MTP heads on the target's hidden states (one-hot drafts); the
+TTS issue allows) and from random MTP heads on the target's hidden states (one-hot drafts, and
+drafts sampled from the heads with their ``q``, as ``burble speak`` drafts); the
 sampled streams must fit the exact distribution (chi-square), and a verifier that ignores ``q`` in
 its residual must not (the negative control).
 """
@@ -61,8 +62,10 @@ def _counts(kind: str) -> tuple[Counter, float]:
     drafted = accepted = 0
     target = CodecLMSession(TARGET, UNITS)
     drafter = _drafter(kind)
+    draft_generator = torch.Generator().manual_seed(9)
     for _ in range(SAMPLES):
-        d = drafter if kind == "draft-lm" else MTPDrafter(target, drafter, eos_token_id=CONFIG.eos)
+        d = drafter if kind == "draft-lm" else MTPDrafter(target, drafter, eos_token_id=CONFIG.eos,
+                                                          sample=kind == "mtp-sampled", generator=draft_generator)
         result = generate(target, torch.tensor([[CONFIG.bos]]), OPTIONS, drafter=d, generator=g)
         counts[tuple(result.tokens[0]) + ((CONFIG.eos,) if result.finished[0] else ())] += 1
         drafted += result.stats.drafted
@@ -82,7 +85,7 @@ def test_the_exact_distribution_is_a_real_test():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["draft-lm", "mtp-heads"])
+@pytest.mark.parametrize("kind", ["draft-lm", "mtp-heads", "mtp-sampled"])
 def test_speculative_tts_sampling_is_lossless(kind):
     counts, rate = _counts(kind)
     assert 0.01 < rate < 0.95, rate  # drafts were both accepted and rejected
@@ -101,8 +104,9 @@ def _residual_ignores_q(draft, draft_probs, target_probs, generator=None):
 
 
 @pytest.mark.slow
-def test_a_wrong_verifier_is_caught_on_the_tts_path(monkeypatch):
+@pytest.mark.parametrize("kind", ["draft-lm", "mtp-sampled"])
+def test_a_wrong_verifier_is_caught_on_the_tts_path(monkeypatch, kind):
     monkeypatch.setattr(generate_module, "verify_sampling", _residual_ignores_q)
-    counts, _ = _counts("draft-lm")
+    counts, _ = _counts(kind)
     assert chi_square_gof(counts, _exact()).p_value < ALPHA
     assert verify_sampling is not _residual_ignores_q

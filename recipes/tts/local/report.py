@@ -79,7 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", "![loss curves](report.png)", "",
               "Intelligibility (ASR WER of the generated speech vs Piper's), speed and latency: "
               "`python benchmarks/tts.py` (BENCHMARKS.md)."]
-    (args.out_dir / "RESULTS.md").write_text("\n".join(lines) + "\n")
+    results = args.out_dir / "RESULTS.md"
+    kept = ""  # stage 4's draft-heads section survives a rerun of this stage
+    if results.is_file() and "\n## Draft heads" in results.read_text():
+        kept = "\n## Draft heads" + results.read_text().split("\n## Draft heads", 1)[1]
+    results.write_text("\n".join(lines) + "\n" + kept)
     print(f"wrote {args.out_dir / 'RESULTS.md'} and report.png")
     return 0
 
