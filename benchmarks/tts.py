@@ -160,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
                               f"{spec['off'][0] / spec['mtp'][0]:.2f}x", f"{spec['off'][3] / spec['mtp'][3]:.2f}x",
                               " / ".join(f"{100 * corpus_word_errors(spec_hyp[m]).rate:.1f}%" for m in ("off", "mtp"))])
     body = (f"Voice `{args.voice}`: codec LM {sum(p.numel() for p in voice.model.parameters()) / 1e6:.1f} M parameters, "
-            f"{books} codec books ({codec.name}), temperature {args.temperature}, one seed per sentence. Piper: "
+            f"{books} codec books ({codec.name}), temperature {args.temperature}, one seed per sentence, default options "
+            f"(speculative `auto`: {'MTP draft heads, ' + str(burble.tts.SynthesisOptions().draft_length) + ' drafted tokens per pass' if speculative else 'off, no heads'}). Piper: "
             "`en_US-joe-medium`, noise 0 (the voice the LM learned from). WER: greedy burble Whisper on the 16 kHz "
             "resampled audio against the sentence text (normalised). RTF: wall time of `synthesize` (codec LM, codec "
             "decoder and HiFi-GAN vocoder) per second of audio; copy-synthesis: codec encode + decode. First audio: "

@@ -45,9 +45,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--temperature", type=float, default=0.5, help="sampling temperature (0: greedy, flat)")
     parser.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
     parser.add_argument("--seed", type=int, default=None, help="random seed, for the same audio on every run")
-    parser.add_argument("--speculative", choices=("off", "mtp"), default="off",
+    parser.add_argument("--speculative", choices=("auto", "off", "mtp"), default="auto",
                         help="mtp: speculative sampling with the voice's MTP draft heads (exact: the same distribution "
-                             "of speech in about half the decoder passes; on 2 CPU cores no faster yet)")
+                             "of speech in fewer decoder passes); auto: mtp when the voice ships heads")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
 
 

@@ -348,6 +348,29 @@ class MTPHeads(nn.Module):
         return heads
 
 
+class _Extended(Sequence[int]):
+    """``tokens + drafted`` as a read-only sequence, without copying ``tokens`` (the rule reads the
+    prefix only when a logits processor needs it)."""
+
+    def __init__(self, tokens: Sequence[int], drafted: list[int]) -> None:
+        self.tokens, self.drafted = tokens, drafted
+
+    def __len__(self) -> int:
+        return len(self.tokens) + len(self.drafted)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return list(self)[i]
+        if i < 0:
+            i += len(self)
+        n = len(self.tokens)
+        return int(self.tokens[i]) if i < n else self.drafted[i - n]
+
+    def __iter__(self):
+        yield from (int(t) for t in self.tokens)
+        yield from self.drafted
+
+
 class EmbedFn(Protocol):
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor: ...
 
@@ -391,6 +414,7 @@ class MTPDrafter:
         self.sample = sample
         self.generator = generator
         self._row_of: Optional[torch.Tensor] = None
+        self._whole_vocabulary = False
         self._last_tree: Optional[tuple[int, list[int], list[int]]] = None  # (sequence length, tokens, parents)
 
     def _hidden_row(self, tokens: Sequence[int], start: int) -> int:
@@ -433,24 +457,31 @@ class MTPDrafter:
         self, tokens: Sequence[int], state: torch.Tensor, token: int, k: int, rule: TargetRule, memory: Optional[Memory]
     ) -> Draft:
         vocab_size = int(self.model.vocab_size)  # type: ignore[attr-defined]
-        prefix = [int(t) for t in tokens]
         draft_ids = self.heads.draft_ids
         if self._row_of is None:  # target id -> draft-vocabulary row (-1: not in it)
             self._row_of = torch.full((vocab_size,), -1, dtype=torch.long)
             self._row_of[draft_ids.cpu()] = torch.arange(draft_ids.shape[0])
+            self._whole_vocabulary = draft_ids.shape[0] == vocab_size and bool(torch.equal(draft_ids.cpu(), torch.arange(vocab_size)))
         row_of = self._row_of
 
         def choose(logits: torch.Tensor, drafted: list[int]) -> tuple[int, Optional[torch.Tensor]]:
-            full = torch.full((vocab_size,), float("-inf"), dtype=logits.dtype, device=logits.device)
-            full[draft_ids] = logits
-            q = rule(full, prefix + drafted)
-            if bool((q < 0).any()):  # a greedy rule returns logits, which multinomial would misread
-                raise ValueError("MTPDrafter(sample=True) needs a sampling decode (temperature > 0): "
-                                 "the rule did not return probabilities")
-            mass = float(q.sum())
-            if not mass > 0.5:  # NaN or nothing left of the draft vocabulary: stop drafting
-                return -1, None
-            target = int(torch.multinomial(q, 1, generator=self.generator))
+            if self._whole_vocabulary:
+                full = logits
+            else:
+                full = torch.full((vocab_size,), float("-inf"), dtype=logits.dtype, device=logits.device)
+                full[draft_ids] = logits
+            q = rule(full, _Extended(tokens, drafted))  # no copy of the sequence per drafted token
+            cdf = torch.cumsum(q, dim=0, dtype=torch.float64)
+            if not drafted:  # checked once per draft
+                if bool((q < 0).any()):  # a greedy rule returns logits, which are not a distribution
+                    raise ValueError("MTPDrafter(sample=True) needs a sampling decode (temperature > 0): "
+                                     "the rule did not return probabilities")
+                if not float(cdf[-1]) > 0.5:  # NaN, or nothing left of the draft vocabulary
+                    return -1, None
+            # Inverse-CDF sampling (one uniform draw; ~5x cheaper than multinomial over a few
+            # thousand tokens): the first token whose cumulative mass exceeds u.
+            u = torch.rand((), generator=self.generator, dtype=torch.float64) * cdf[-1]
+            target = min(int(torch.searchsorted(cdf, u, right=True)), vocab_size - 1)
             return int(row_of[target]), q
 
         drafted, dists = self.heads.draft_sampled(state, token, self.model.embed_tokens, k, choose=choose,

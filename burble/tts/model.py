@@ -35,6 +35,7 @@ from torch import nn
 
 from burble.decoding.kv_cache import KVCache
 from burble.kernels.attention import attention
+from burble.kernels.linear import linear
 
 SLOT_DURATION = 0  # then 1..B: book b - 1; B + 1: end of sequence
 FEATURE_CLIP = 31  # frame-in-unit and frames-left embeddings saturate here
@@ -209,14 +210,15 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor], *, causal: bool,
                 cache: Optional[KVCache] = None, layer: int = 0, key_padding: Optional[torch.Tensor] = None) -> torch.Tensor:
         b, t, w = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = linear(self.norm1(x), self.qkv).view(b, t, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
         q, k = rotary(q, tables), rotary(k, tables)
         mask = None if key_padding is None else key_padding[:, None, None, :]
         if cache is not None:
             k, v = cache.write(layer, cache.length, k, v)
         a = attention(q, k, v, is_causal=causal, mask=mask)
-        x = x + self.dropout(self.proj(a.transpose(1, 2).reshape(b, t, w)))
-        return x + self.dropout(self.mlp(self.norm2(x)))
+        x = x + self.dropout(linear(a.transpose(1, 2).reshape(b, t, w), self.proj))
+        up, act, down = self.mlp
+        return x + self.dropout(linear(act(linear(self.norm2(x), up)), down))
 
 
 class CodecLM(nn.Module):
@@ -272,7 +274,7 @@ class CodecLM(nn.Module):
 
     def logits(self, hidden: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         """Float32 logits with every token the slot does not allow at ``-inf``."""
-        return self.output(hidden).float() + self.slot_mask[slots]
+        return linear(hidden, self.output).float() + self.slot_mask[slots]
 
     def loss(self, units: torch.Tensor, unit_padding: torch.Tensor, tokens: torch.Tensor, features: torch.Tensor,
              targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:

@@ -16,7 +16,7 @@
 #               (burble speak --speculative mtp)
 #
 # Data (3500 sentences, 5.3 h of speech) takes ~25 min on 2 cores, training (2000 steps) ~70 min,
-# the draft heads (2000 steps) ~25 min.
+# the draft heads (1500 steps) ~20 min.
 set -euo pipefail
 
 stage=0
@@ -24,7 +24,7 @@ stop_stage=100
 clips=3500
 heldout=40
 steps=2000
-head_steps=2000
+head_steps=1500
 books=2
 name=joe
 threads=0

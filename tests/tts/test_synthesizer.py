@@ -103,5 +103,6 @@ def test_speculative_synthesis_drafts_streams_and_follows_the_seed(voice_with_he
     assert np.array_equal(voice.synthesize(text, options).audio, result.audio)  # drafts are seeded too
     streamed = np.concatenate(list(voice.stream(text, options)))
     assert streamed.shape == result.audio.shape and np.abs(streamed - result.audio).max() < 1e-3
-    assert voice.synthesize(text, SynthesisOptions(seed=5)).stats.drafted == 0  # off by default
+    assert voice.synthesize(text, SynthesisOptions(seed=5)).stats.drafted > 0  # auto: heads are used when shipped
+    assert voice.synthesize(text, SynthesisOptions(seed=5, speculative="off")).stats.drafted == 0
 
