@@ -14,6 +14,7 @@ overhead). With the same seed both give the same samples.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import queue
 import threading
@@ -36,6 +37,9 @@ WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 DEFAULT_VOICE = "joe"
 FIRST_CHUNK_FRAMES = 2  # until the first audio is out, frames go to the vocoder in pairs (latency) ...
 CHUNK_FRAMES = 8        # ... then in eights (the streaming vocoder's cost per call)
+LM_THREADS = 1          # torch threads of stream()'s generating thread (the vocoder runs beside it) ...
+VOCODER_THREADS = 1     # ... and of its vocoding (calling) thread: one core each, no OpenMP pools spinning against each other
+_SENTENCE_END = object()  # stream(): a sentence's frames are all out
 MAX_CHARS = 400         # longer sentences are cut at a clause or word break
 DRAFT_SEED_OFFSET = 1_000_003  # the MTP drafts' random stream: seed + this (apart from the verifier's)
 
@@ -205,59 +209,90 @@ class Synthesizer:
 
     def stream(self, text: str, options: SynthesisOptions = SynthesisOptions()) -> Iterator[np.ndarray]:
         """Audio chunks (22.05 kHz float32) as they are generated; the text is checked before the
-        first chunk, so bad input raises :class:`TTSInputError` at once."""
+        first chunk, so bad input raises :class:`TTSInputError` at once.
+
+        Two stages overlap on two cores: a worker thread samples codec frames (the codec LM) and
+        the calling thread turns them into audio (codec decoder and vocoder) as it pulls chunks,
+        each with one torch thread. Measured on 2 cores: streamed RTF 0.40-0.42 and first audio
+        112-118 ms, against 0.64-0.74 and 131-153 ms when one worker thread did both with two
+        torch threads (two OpenMP pools spinning against each other on two cores).
+        """
         plan, seed = self._plan(text, options)
-        chunks: "queue.Queue[object]" = queue.Queue(maxsize=64)
+        frames_queue: "queue.Queue[object]" = queue.Queue(maxsize=256)
         done = object()
         stop = threading.Event()
 
         def produce() -> None:
             try:
+                torch.set_num_threads(LM_THREADS)  # this thread only
                 for i, (_, units) in enumerate(plan):
-                    decoder = self.codec.stream_decoder()
-                    pending: list[np.ndarray] = []
-                    heard = [i > 0]  # small chunks until the first audio is out (the vocoder lags)
-
                     def on_frames(frames: np.ndarray) -> None:
                         if stop.is_set():
                             raise _Stopped()
-                        pending.append(frames)
-                        if sum(p.shape[1] for p in pending) >= (CHUNK_FRAMES if heard[0] else FIRST_CHUNK_FRAMES):
-                            audio = decoder.push(np.concatenate(pending, axis=1))
-                            pending.clear()
-                            if audio.size:
-                                heard[0] = True
-                                chunks.put(audio)
+                        frames_queue.put(frames)
 
                     self.generate_codes(units, options, seed + i, on_frames=on_frames)
-                    tail = [decoder.push(np.concatenate(pending, axis=1))] if pending else []
-                    audio = np.concatenate(tail + [decoder.flush()])
-                    if audio.size:
-                        chunks.put(audio)
+                    frames_queue.put(_SENTENCE_END)
             except _Stopped:
                 pass
             except BaseException as e:  # handed to the consumer, which re-raises it
-                chunks.put(e)
+                frames_queue.put(e)
             finally:
-                chunks.put(done)
+                frames_queue.put(done)
 
         worker = threading.Thread(target=produce, name="burble-tts", daemon=True)
         worker.start()
+        with torch_threads(VOCODER_THREADS):
+            decoder = self.codec.stream_decoder() if plan else None  # made while the first frames are sampled
+        pending: list[np.ndarray] = []
+        heard = False  # small chunks until the first audio is out (the vocoder lags)
         try:
             while True:
-                item = chunks.get()
+                item = frames_queue.get()
                 if item is done:
                     break
                 if isinstance(item, BaseException):
                     raise item
-                yield item  # type: ignore[misc]
+                if item is _SENTENCE_END:
+                    if decoder is not None or pending:
+                        with torch_threads(VOCODER_THREADS):
+                            if decoder is None:  # a sentence shorter than one chunk
+                                decoder = self.codec.stream_decoder()
+                            tail = [decoder.push(np.concatenate(pending, axis=1))] if pending else []
+                            audio = np.concatenate(tail + [decoder.flush()])
+                        decoder, pending = None, []
+                        if audio.size:
+                            heard = True
+                            yield audio
+                    continue
+                pending.append(item)  # type: ignore[arg-type]
+                if sum(p.shape[1] for p in pending) >= (CHUNK_FRAMES if heard else FIRST_CHUNK_FRAMES):
+                    with torch_threads(VOCODER_THREADS):
+                        if decoder is None:
+                            decoder = self.codec.stream_decoder()
+                        audio = decoder.push(np.concatenate(pending, axis=1))
+                    pending.clear()
+                    if audio.size:
+                        heard = True
+                        yield audio
         finally:
             stop.set()
             while worker.is_alive():  # unblock a producer waiting on a full queue
                 try:
-                    chunks.get_nowait()
+                    frames_queue.get_nowait()
                 except queue.Empty:
                     worker.join(0.05)
+
+
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run the block with ``n`` torch intra-op threads in this thread, then restore the count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class _Stopped(Exception):
