@@ -348,29 +348,6 @@ class MTPHeads(nn.Module):
         return heads
 
 
-class _Extended(Sequence[int]):
-    """``tokens + drafted`` as a read-only sequence, without copying ``tokens`` (the rule reads the
-    prefix only when a logits processor needs it)."""
-
-    def __init__(self, tokens: Sequence[int], drafted: list[int]) -> None:
-        self.tokens, self.drafted = tokens, drafted
-
-    def __len__(self) -> int:
-        return len(self.tokens) + len(self.drafted)
-
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return list(self)[i]
-        if i < 0:
-            i += len(self)
-        n = len(self.tokens)
-        return int(self.tokens[i]) if i < n else self.drafted[i - n]
-
-    def __iter__(self):
-        yield from (int(t) for t in self.tokens)
-        yield from self.drafted
-
-
 class EmbedFn(Protocol):
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor: ...
 
@@ -457,6 +434,7 @@ class MTPDrafter:
         self, tokens: Sequence[int], state: torch.Tensor, token: int, k: int, rule: TargetRule, memory: Optional[Memory]
     ) -> Draft:
         vocab_size = int(self.model.vocab_size)  # type: ignore[attr-defined]
+        prefix = [int(t) for t in tokens]
         draft_ids = self.heads.draft_ids
         if self._row_of is None:  # target id -> draft-vocabulary row (-1: not in it)
             self._row_of = torch.full((vocab_size,), -1, dtype=torch.long)
@@ -470,7 +448,7 @@ class MTPDrafter:
             else:
                 full = torch.full((vocab_size,), float("-inf"), dtype=logits.dtype, device=logits.device)
                 full[draft_ids] = logits
-            q = rule(full, _Extended(tokens, drafted))  # no copy of the sequence per drafted token
+            q = rule(full, prefix + drafted)
             cdf = torch.cumsum(q, dim=0, dtype=torch.float64)
             if not drafted:  # checked once per draft
                 if bool((q < 0).any()):  # a greedy rule returns logits, which are not a distribution
