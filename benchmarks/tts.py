@@ -23,6 +23,7 @@ Usage::
 
     python benchmarks/tts.py                 # full run, appended to BENCHMARKS.md
     python benchmarks/tts.py --quick         # 6 sentences per set, tiny.en only, print only
+    python benchmarks/tts.py --speculative-only   # plain vs MTP sampling only (30 sentences per set)
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--speculative-sentences", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="6 sentences per set, tiny.en only, print only")
+    parser.add_argument("--speculative-only", action="store_true",
+                        help="only the speculative comparison (plain vs MTP on the first --speculative-sentences "
+                             "sentences of each set), judged by the first judge")
     args = parser.parse_args(argv)
 
     import torch
@@ -76,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         args.lj = args.everyday = 6
         args.judges, args.latency_sentences, args.speculative_sentences = "tiny.en", 3, 3
     judges = args.judges.split(",")
+    if args.speculative_only:
+        judges = judges[:1]
+        args.lj, args.everyday = min(args.lj, args.speculative_sentences), min(args.everyday, args.speculative_sentences)
     asr = {name: burble.load_model(name) for name in judges}
     voice = burble.tts.load(args.voice)
     codec, books = voice.codec, voice.model.config.num_books
@@ -86,6 +93,23 @@ def main(argv: list[str] | None = None) -> int:
         audio16 = resample(audio, voice.sample_rate, 16000)
         return {j: m.transcribe(audio16, beam_size=1, temperatures=(0.0,), condition_on_previous_text=False).text
                 for j, m in asr.items()}
+
+    def speculative_pair(text: str, n: int, spec: dict, spec_hyp: dict, spec_stats):
+        """Plain and MTP sampling of one sentence with the same seed; returns the merged MTP stats."""
+        for mode in ("off", "mtp"):
+            r = voice.synthesize(text, burble.tts.SynthesisOptions(temperature=args.temperature, seed=1000 + n,
+                                                                   speculative=mode))
+            spec[mode][0] += r.stats.decoder_seconds
+            spec[mode][1] += r.stats.target_passes
+            spec[mode][2] += r.stats.generated
+            spec[mode][3] += r.seconds
+            spec_hyp[mode].append((text, transcribe(r.audio)[judges[0]]))
+            if mode == "mtp":
+                if spec_stats is None:
+                    spec_stats = r.stats
+                else:
+                    spec_stats.merge(r.stats)
+        return spec_stats
 
     sections = []
     spec_rows = []
@@ -98,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         spec_hyp: dict[str, list[tuple[str, str]]] = {"off": [], "mtp": []}  # the first judge's transcripts
         spec_stats = None
         for n, (item_id, text) in enumerate(sentences):
+            if args.speculative_only:
+                spec_stats = speculative_pair(text, n, spec, spec_hyp, spec_stats)
+                print(f"[{set_name}] {n + 1}/{len(sentences)} {item_id}", file=sys.stderr, flush=True)
+                continue
             reference = piper_speech(text, sample_rate=voice.sample_rate)
             t0 = time.perf_counter()
             copy = codec.decode(codec.encode(reference, voice.sample_rate, books))[: reference.size]
@@ -123,20 +151,17 @@ def main(argv: list[str] | None = None) -> int:
                 stream_wall[0] += time.perf_counter() - t0
                 stream_wall[1] += samples / voice.sample_rate
             if speculative and n < args.speculative_sentences:
-                for mode in ("off", "mtp"):
-                    r = voice.synthesize(text, burble.tts.SynthesisOptions(temperature=args.temperature, seed=1000 + n,
-                                                                           speculative=mode))
-                    spec[mode][0] += r.stats.decoder_seconds
-                    spec[mode][1] += r.stats.target_passes
-                    spec[mode][2] += r.stats.generated
-                    spec[mode][3] += r.seconds
-                    spec_hyp[mode].append((text, transcribe(r.audio)[judges[0]]))
-                    if mode == "mtp":
-                        if spec_stats is None:
-                            spec_stats = r.stats
-                        else:
-                            spec_stats.merge(r.stats)
+                spec_stats = speculative_pair(text, n, spec, spec_hyp, spec_stats)
             print(f"[{set_name}] {n + 1}/{len(sentences)} {item_id}", file=sys.stderr, flush=True)
+        if speculative and spec_stats is not None and spec["mtp"][1]:
+            rate = spec_stats.acceptance_rate_at
+            spec_rows.append([set_name, min(args.speculative_sentences, len(sentences)),
+                              f"{spec['off'][1] / max(spec['off'][2], 1):.2f}", f"{spec['mtp'][1] / max(spec['mtp'][2], 1):.2f}",
+                              f"{spec_stats.mean_acceptance_length:.2f}", " / ".join(f"{r:.2f}" for r in rate),
+                              f"{spec['off'][0] / spec['mtp'][0]:.2f}x", f"{spec['off'][3] / spec['mtp'][3]:.2f}x",
+                              " / ".join(f"{100 * corpus_word_errors(spec_hyp[m]).rate:.1f}%" for m in ("off", "mtp"))])
+        if args.speculative_only:
+            continue
         rows = []
         for system in systems:
             a = acc[system]
@@ -152,13 +177,6 @@ def main(argv: list[str] | None = None) -> int:
         seconds = acc[systems[0]]["seconds"]
         sections.append(f"**{set_name}**: {len(sentences)} sentences, {seconds:.0f} s of Piper speech\n\n"
                         + markdown_table(header, rows))
-        if speculative and spec_stats is not None and spec["mtp"][1]:
-            rate = spec_stats.acceptance_rate_at
-            spec_rows.append([set_name, min(args.speculative_sentences, len(sentences)),
-                              f"{spec['off'][1] / max(spec['off'][2], 1):.2f}", f"{spec['mtp'][1] / max(spec['mtp'][2], 1):.2f}",
-                              f"{spec_stats.mean_acceptance_length:.2f}", " / ".join(f"{r:.2f}" for r in rate),
-                              f"{spec['off'][0] / spec['mtp'][0]:.2f}x", f"{spec['off'][3] / spec['mtp'][3]:.2f}x",
-                              " / ".join(f"{100 * corpus_word_errors(spec_hyp[m]).rate:.1f}%" for m in ("off", "mtp"))])
     body = (f"Voice `{args.voice}`: codec LM {sum(p.numel() for p in voice.model.parameters()) / 1e6:.1f} M parameters, "
             f"{books} codec books ({codec.name}), temperature {args.temperature}, one seed per sentence, default options "
             f"(speculative `auto`: {'MTP draft heads, ' + str(burble.tts.SynthesisOptions().draft_length) + ' drafted tokens per pass' if speculative else 'off, no heads'}). Piper: "
@@ -178,7 +196,14 @@ def main(argv: list[str] | None = None) -> int:
                  "sample the same distribution with different random draws.")
     elif not speculative:
         body += "\n\nSpeculative sampling: the voice ships no draft heads, so no speculative row."
-    append_section("TTS: codec-LM speech, intelligibility and speed", body, machine=machine, write=not args.quick)
+    title = "TTS: codec-LM speech, intelligibility and speed"
+    if args.speculative_only:
+        title = "TTS: speculative sampling with MTP draft heads"
+        body = (f"Voice `{args.voice}`, temperature {args.temperature}, {args.threads} torch threads, "
+                f"draft length {burble.tts.SynthesisOptions().draft_length}; `--speculative-only`: plain and MTP "
+                "sampling of the same sentences with the same seeds, nothing else." + body[body.index("\n\n**Speculative"):]
+                if spec_rows else "The voice ships no draft heads.")
+    append_section(title, body, machine=machine, write=not args.quick)
     return 0
 
 

@@ -25,6 +25,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from burble.decoding.logits import sample_from
 from burble.decoding.kv_cache import KVCache
 from burble.decoding.model import AutoregressiveModel
 from burble.decoding.speculative import Draft, Drafter, TargetRule
@@ -231,12 +232,12 @@ class ModelDrafter:
     def _choose(self, dist: torch.Tensor, check: bool) -> int:
         if not self.sample:
             return int(dist.argmax())
-        # Checked once per draft: a greedy rule returns logits, which multinomial would misread.
+        # Checked once per draft: a greedy rule returns logits, which sampling would misread.
         if check and (bool((dist < 0).any()) or abs(float(dist.sum()) - 1.0) > 1e-4):
             raise ValueError(
                 "ModelDrafter(sample=True) needs a sampling decode (temperature > 0): the rule did not return probabilities"
             )
-        return int(torch.multinomial(dist, 1, generator=self.generator))
+        return int(sample_from(dist, self.generator))
 
     def propose(self, tokens: Sequence[int], k: int, rule: TargetRule) -> Draft:
         tokens = [int(t) for t in tokens]

@@ -16,7 +16,7 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from burble.decoding.logits import LogitsProcessor, apply_processors, warp
+from burble.decoding.logits import LogitsProcessor, apply_processors, sample_from, warp
 from burble.decoding.kv_cache import KVCache
 from burble.decoding.model import AutoregressiveModel, TreeModel
 from burble.decoding.options import DecodingOptions
@@ -259,7 +259,7 @@ def _verify_chain(
             n_accepted, verified = verify_sampling(draft_tokens, draft_probs, probs[0], generator)
         else:
             n_accepted = 0
-            verified = torch.multinomial(probs[:, 0], 1, generator=generator).squeeze(1)
+            verified = sample_from(probs[:, 0], generator)
     emitted, logprobs = _emitted_with_logprobs(processed, draft_tokens[:n_accepted], verified)
     cache.truncate(start + 1 + n_accepted)
     return n_accepted, emitted, logprobs

@@ -17,6 +17,7 @@ safetensors file whose metadata holds the :class:`MTPConfig`.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -91,6 +92,11 @@ class HiddenStateModel(Protocol):
     def draft_memory(self) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
         """Keys and values ``(1, H, S, D / H)`` that memory-attending heads read (``None``: none)."""
         ...
+
+    # Optional: ``draft_range(tokens) -> (lo, hi) | None``, the target ids ``[lo, hi)`` the model can
+    # emit after ``tokens`` (a grammar's slot: the codec LM allows one codebook per position). A
+    # sampling drafter then scores only those rows of its projection, which is cheaper and puts no
+    # draft mass on tokens the target would reject for certain.
 
 
 # Keys/values of a head's memory, and how many consecutive rows of a training batch read each
@@ -199,21 +205,24 @@ class MTPHeads(nn.Module):
           k: tokens to draft (at most ``num_heads``).
           stop_token: stop after drafting this token (end of sequence).
         """
-        return self.draft_sampled(hidden, token, embed, k, choose=lambda logits, drafted: (int(logits.argmax()), None),
+        return self.draft_sampled(hidden, token, embed, k, choose=lambda logits, drafted, offset: (offset + int(logits.argmax()), None),
                                   stop_token=stop_token, memory=memory)[0]
 
     @torch.inference_mode()
     def draft_sampled(
         self, hidden: torch.Tensor, token: int, embed: "EmbedFn", k: int, *, choose: "ChooseFn",
         stop_token: Optional[int] = None, memory: Optional[Memory] = None,
+        allowed: Optional["AllowedFn"] = None,
     ) -> tuple[list[int], list[torch.Tensor]]:
         """A chain of at most ``k`` target token ids after ``token``, each picked by ``choose``.
 
         Args:
           hidden, token, embed, stop_token, memory: as in :meth:`draft`.
-          choose: ``(logits over the draft vocabulary (V_d,), tokens drafted so far) -> (draft-vocabulary
-            row, its draft distribution or None)``; :meth:`draft` takes the argmax, a sampling
-            drafter samples and returns ``q``.
+          choose: ``(logits of draft-vocabulary rows [offset, offset + n), tokens drafted so far,
+            offset) -> (draft-vocabulary row, its draft distribution or None)``; :meth:`draft`
+            takes the argmax, a sampling drafter samples and returns ``q``. A negative row stops.
+          allowed: ``(tokens drafted so far) -> (lo, hi) | None``, the target ids the next token
+            can be; only the draft rows of ids in ``[lo, hi)`` are projected (``None``: all rows).
 
         Returns:
           ``(target token ids, the distributions choose returned)``.
@@ -224,17 +233,39 @@ class MTPHeads(nn.Module):
         drafted: list[int] = []
         dists: list[torch.Tensor] = []
         for i in range(k):
-            logits = self.projection(self.heads[i](hidden, context, memory))[0].float()
-            row, dist = choose(logits, drafted)
+            lo, hi = self.rows_of_ids(allowed(drafted) if allowed is not None else None)
+            if hi <= lo:
+                break
+            state = self.heads[i](hidden, context, memory)
+            logits = nn.functional.linear(state, self.projection.weight[lo:hi])[0].float()
+            row, dist = choose(logits, drafted, lo)
             if row < 0:
                 break
-            drafted.append(int(self.draft_ids[row]))
+            drafted.append(self.draft_id_list()[row])
             if dist is not None:
                 dists.append(dist)
             if drafted[-1] == stop_token or i == k - 1:
                 break
-            context = torch.cat([context, embed(self.draft_ids[row : row + 1]).to(hidden.dtype)[None]], dim=1)
+            context = torch.cat([context, embed(torch.tensor([drafted[-1]], device=hidden.device)).to(hidden.dtype)[None]], dim=1)
         return drafted, dists
+
+    def rows_of_ids(self, ids: Optional[tuple[int, int]]) -> tuple[int, int]:
+        """The draft-vocabulary rows ``[lo, hi)`` of the target ids in ``ids`` (``None``: all rows).
+
+        Exact when ``draft_ids`` is sorted (a range of ids is then a range of rows); otherwise all
+        rows, since scoring more rows than needed never makes a draft wrong, only dearer.
+        """
+        ids_list = self.draft_id_list()
+        if ids is None or not self._ids_sorted:
+            return 0, len(ids_list)
+        return bisect.bisect_left(ids_list, ids[0]), bisect.bisect_left(ids_list, ids[1])
+
+    def draft_id_list(self) -> list[int]:
+        """``draft_ids`` on the host, as a list (drafting looks ids up one at a time)."""
+        if getattr(self, "_ids_list", None) is None or len(self._ids_list) != self.draft_ids.shape[0]:
+            self._ids_list = [int(t) for t in self.draft_ids.tolist()]
+            self._ids_sorted = all(a < b for a, b in zip(self._ids_list, self._ids_list[1:]))
+        return self._ids_list
 
     @torch.inference_mode()
     def expand(
@@ -341,7 +372,10 @@ class MTPHeads(nn.Module):
                 raise ValueError(f"{path}: not an MTP heads file (no mtp_config metadata)")
             config = MTPConfig(**json.loads(meta["mtp_config"]))
             tensors = {name: f.get_tensor(name) for name in f.keys()}
-        heads = cls(config, tensors.pop("draft_ids"))
+        # Rows sorted by target id, so that a range of ids is a range of rows (see rows_of_ids).
+        order = torch.argsort(tensors["draft_ids"].long())
+        tensors["projection.weight"] = tensors["projection.weight"][order]
+        heads = cls(config, tensors.pop("draft_ids").long()[order])
         heads.load_state_dict({name: t.to(dtype) for name, t in tensors.items()}, strict=False)
         heads.to(dtype)
         heads.eval()
@@ -353,7 +387,11 @@ class EmbedFn(Protocol):
 
 
 class ChooseFn(Protocol):
-    def __call__(self, logits: torch.Tensor, drafted: list[int]) -> tuple[int, Optional[torch.Tensor]]: ...
+    def __call__(self, logits: torch.Tensor, drafted: list[int], offset: int) -> tuple[int, Optional[torch.Tensor]]: ...
+
+
+class AllowedFn(Protocol):
+    def __call__(self, drafted: list[int]) -> Optional[tuple[int, int]]: ...
 
 
 class MTPDrafter:
@@ -436,32 +474,36 @@ class MTPDrafter:
         vocab_size = int(self.model.vocab_size)  # type: ignore[attr-defined]
         prefix = [int(t) for t in tokens]
         draft_ids = self.heads.draft_ids
+        ids = self.heads.draft_id_list()
         if self._row_of is None:  # target id -> draft-vocabulary row (-1: not in it)
-            self._row_of = torch.full((vocab_size,), -1, dtype=torch.long)
-            self._row_of[draft_ids.cpu()] = torch.arange(draft_ids.shape[0])
-            self._whole_vocabulary = draft_ids.shape[0] == vocab_size and bool(torch.equal(draft_ids.cpu(), torch.arange(vocab_size)))
+            self._row_of = [-1] * vocab_size
+            for row, target in enumerate(ids):
+                self._row_of[target] = row
         row_of = self._row_of
 
-        def choose(logits: torch.Tensor, drafted: list[int]) -> tuple[int, Optional[torch.Tensor]]:
-            if self._whole_vocabulary:
-                full = logits
+        def choose(logits: torch.Tensor, drafted: list[int], offset: int) -> tuple[int, Optional[torch.Tensor]]:
+            n = logits.shape[0]
+            full = torch.full((vocab_size,), float("-inf"), dtype=logits.dtype, device=logits.device)
+            if ids[offset + n - 1] - ids[offset] == n - 1:  # the rows hold consecutive ids: one slice copy
+                full[ids[offset] : ids[offset] + n] = logits
             else:
-                full = torch.full((vocab_size,), float("-inf"), dtype=logits.dtype, device=logits.device)
-                full[draft_ids] = logits
+                full[draft_ids[offset : offset + n]] = logits
             q = rule(full, prefix + drafted)
             cdf = torch.cumsum(q, dim=0, dtype=torch.float64)
-            if not drafted:  # checked once per draft
-                if bool((q < 0).any()):  # a greedy rule returns logits, which are not a distribution
-                    raise ValueError("MTPDrafter(sample=True) needs a sampling decode (temperature > 0): "
-                                     "the rule did not return probabilities")
-                if not float(cdf[-1]) > 0.5:  # NaN, or nothing left of the draft vocabulary
-                    return -1, None
+            if not drafted and bool((q < 0).any()):  # a greedy rule returns logits, not a distribution
+                raise ValueError("MTPDrafter(sample=True) needs a sampling decode (temperature > 0): "
+                                 "the rule did not return probabilities")
+            mass = float(cdf[-1])
+            if not mass > 0.5:  # NaN, or nothing left of the draft vocabulary
+                return -1, None
             # Inverse-CDF sampling (one uniform draw; ~5x cheaper than multinomial over a few
             # thousand tokens): the first token whose cumulative mass exceeds u.
-            u = torch.rand((), generator=self.generator, dtype=torch.float64) * cdf[-1]
+            u = float(torch.rand((), generator=self.generator, dtype=torch.float64)) * mass
             target = min(int(torch.searchsorted(cdf, u, right=True)), vocab_size - 1)
-            return int(row_of[target]), q
+            return row_of[target], q
 
+        grammar = getattr(self.model, "draft_range", None)
+        allowed = None if grammar is None else (lambda drafted: grammar(prefix + drafted))
         drafted, dists = self.heads.draft_sampled(state, token, self.model.embed_tokens, k, choose=choose,
-                                                  stop_token=self.eos_token_id, memory=memory)
+                                                  stop_token=self.eos_token_id, memory=memory, allowed=allowed)
         return Draft(drafted, torch.stack(dists) if dists else None)

@@ -22,6 +22,8 @@ from typing import Callable, Optional, Protocol, Sequence
 
 import torch
 
+from burble.decoding.logits import sample_from
+
 # Maps next-token logits (V,) after ``prefix`` to what verification uses: the processed logits at
 # temperature 0 (drafters take their argmax) or the warped probabilities when sampling.
 TargetRule = Callable[[torch.Tensor, Sequence[int]], torch.Tensor]
@@ -102,7 +104,6 @@ def verify_sampling(
         if float(mass) <= 0.0:
             # p == q exactly: rejection has probability 0; guard against rounding.
             residual, mass = p, p.sum()
-        token = int(torch.multinomial(residual / mass, 1, generator=generator))
-        return j, token
-    bonus = int(torch.multinomial(target_probs[len(draft)], 1, generator=generator))
+        return j, int(sample_from(residual, generator))
+    bonus = int(sample_from(target_probs[len(draft)], generator))
     return len(draft), bonus

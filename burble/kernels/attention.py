@@ -36,11 +36,25 @@ def get_default_backend() -> Backend:
 
 
 def causal_mask(q_len: int, k_len: int, *, device: torch.device | None = None) -> torch.Tensor:
-    """Boolean ``(q_len, k_len)`` mask, True where attention is allowed, aligned bottom-right."""
+    """Boolean ``(q_len, k_len)`` mask, True where attention is allowed, aligned bottom-right.
+
+    The last mask made is kept: every layer of a multi-token decoding pass (speculative
+    verification) asks for the same one. Callers must not edit it in place.
+    """
+    global _last_causal
+    key = (q_len, k_len, device)
+    last = _last_causal  # one read: another thread may replace it meanwhile
+    if last is not None and last[0] == key:
+        return last[1]
     offset = k_len - q_len
     rows = torch.arange(q_len, device=device).unsqueeze(1)
     cols = torch.arange(k_len, device=device).unsqueeze(0)
-    return cols <= rows + offset
+    mask = cols <= rows + offset
+    _last_causal = (key, mask)
+    return mask
+
+
+_last_causal: Optional[tuple[tuple, torch.Tensor]] = None
 
 
 def _torch_attention(

@@ -326,6 +326,7 @@ class CodecLMSession:
             self.unit_states = model.encode_units(torch.tensor([self.units], device=param.device))
         self._slots: list[list[Slot]] = []
         self._last: tuple[int, Optional[torch.Tensor]] = (0, None)
+        self._ranges = allowed_ranges(self.config)
 
     @property
     def max_tokens(self) -> int:
@@ -337,8 +338,10 @@ class CodecLMSession:
         param = next(self.model.parameters())
         self._slots = [[] for _ in range(batch_size)]
         self._last = (0, None)
-        return KVCache.allocate(num_layers=c.decoder_layers, batch_size=batch_size, num_heads=c.heads,
-                                head_dim=c.width // c.heads, max_length=max_length, dtype=param.dtype, device=param.device)
+        self._cache = KVCache.allocate(num_layers=c.decoder_layers, batch_size=batch_size, num_heads=c.heads,
+                                       head_dim=c.width // c.heads, max_length=max_length, dtype=param.dtype,
+                                       device=param.device)
+        return self._cache
 
     def slots_for(self, row: int, start: int, tokens: Sequence[int]) -> list[Slot]:
         slots = self._slots[row]
@@ -374,6 +377,20 @@ class CodecLMSession:
 
     def draft_memory(self) -> None:
         return None
+
+    def draft_range(self, tokens: Sequence[int]) -> Optional[tuple[int, int]]:
+        """The token ids ``[lo, hi)`` the grammar allows after ``tokens`` (row 0's sequence, drafted
+        tokens included), so MTP drafts score one codebook instead of the whole vocabulary."""
+        cache = getattr(self, "_cache", None)
+        slots = self._slots[0] if self._slots else []
+        # Slots of the positions the cache holds are exact; a rejected draft's may linger past it.
+        known = min(len(slots), len(tokens), cache.length if cache is not None else 0)
+        if known < 1:
+            return None
+        slot = slots[known - 1]
+        for token in tokens[known:]:
+            slot = next_slot(self.config, slot, int(token), len(self.units))
+        return self._ranges[slot.slot]
 
 
 def load_state(path: str, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> tuple[CodecLM, list[str], dict]:

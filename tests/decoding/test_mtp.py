@@ -141,16 +141,59 @@ def test_sampled_drafts_need_a_sampling_rule():
         drafter.propose([1, 2, 3], 3, lambda logits, prefix: logits)  # a greedy rule: processed logits
 
 
+class _ParityGrammarModel(HiddenTableModel):
+    """Allows tokens 0-3 after an even-length sequence and 4-7 after an odd one."""
+
+    def draft_range(self, tokens):
+        return (0, 4) if len(tokens) % 2 == 0 else (4, 8)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sampled_drafts_stay_in_the_range_the_grammar_allows(seed: int):
+    heads = MTPHeads(MTPConfig(hidden_size=V, num_heads=4, inner_size=16, draft_vocab_size=V), torch.arange(V))
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in heads.parameters():
+            p.normal_()
+        heads.projection.weight.mul_(0.1)
+    outside_mass = {}
+    for model in (_ParityGrammarModel(V, seed=1), HiddenTableModel(V, seed=1)):
+        model.forward(torch.tensor([[1, 2]]), model.new_cache(1, 16))
+        drafter = MTPDrafter(model, heads, sample=True, generator=torch.Generator().manual_seed(seed))
+        draft = drafter.propose([1, 2, 3], 4, _sampling_rule)
+        assert len(draft.tokens) == 4
+        masses = []
+        for j, token in enumerate(draft.tokens):
+            lo, hi = (0, 4) if (3 + j) % 2 == 0 else (4, 8)  # the sequence so far: 3 tokens, then j drafts
+            masses.append(1.0 - float(draft.probs[j, lo:hi].sum()))
+            if isinstance(model, _ParityGrammarModel):
+                assert lo <= token < hi
+        outside_mass[type(model).__name__] = max(masses)
+    assert outside_mass["_ParityGrammarModel"] < 1e-6
+    assert outside_mass["HiddenTableModel"] > 0.05  # control: without the grammar, q strays
+
+
+def test_draft_rows_of_an_id_range_need_sorted_draft_ids():
+    heads = random_heads(0)  # draft ids in random order: every row
+    assert heads.rows_of_ids((2, 6)) == (0, 6)
+    ordered = MTPHeads(heads.config, torch.sort(heads.draft_ids).values)
+    lo, hi = ordered.rows_of_ids((2, 6))
+    assert ordered.draft_ids[lo:hi].tolist() == [t for t in sorted(heads.draft_ids.tolist()) if 2 <= t < 6]
+    assert ordered.rows_of_ids(None) == (0, 6)
+
+
 def test_heads_round_trip_through_safetensors(tmp_path):
     heads = random_heads(0)
     path = tmp_path / "heads.safetensors"
     heads.save(path)
     loaded = MTPHeads.load(path)
     assert loaded.config == heads.config
-    assert torch.equal(loaded.draft_ids, heads.draft_ids)
+    # Loading sorts the draft vocabulary by target id (a grammar's id range is then a row range).
+    order = torch.argsort(heads.draft_ids)
+    assert torch.equal(loaded.draft_ids, heads.draft_ids[order])
     hidden, emb = torch.randn(5, V), torch.randn(5, 4, V)
     # Stored in fp16: the reloaded heads agree to fp16 rounding.
-    torch.testing.assert_close(loaded(hidden, emb), heads(hidden, emb), atol=0.05, rtol=0.01)
+    torch.testing.assert_close(loaded(hidden, emb), heads(hidden, emb)[..., order], atol=0.05, rtol=0.01)
 
 
 def test_a_file_without_heads_metadata_is_refused(tmp_path):

@@ -72,6 +72,29 @@ def test_incremental_decoding_with_rollback_equals_one_full_pass(model):
         assert allowed.numel() == (CONFIG.max_duration + 1 if slot.slot == SLOT_DURATION else 1 if slot.slot == 3 else 16)
 
 
+def test_draft_range_is_the_slot_the_logits_allow_even_after_a_rollback(model):
+    codes = np.random.default_rng(1).integers(0, 16, (2, 6))
+    units = [1, 4, 5, 2]
+    stream = token_stream(CONFIG, [2, 0, 3, 1], codes)
+    session = CodecLMSession(model, units)
+    full = session.forward(torch.tensor([stream]), session.new_cache(1, 64))
+    cache = session.new_cache(1, 64)
+    assert session.draft_range(stream[:1]) is None  # nothing encoded yet: no slot known
+    session.forward(torch.tensor([stream[:5]]), cache)
+    # A rejected draft leaves slots of wrong tokens past the cache; they must not be read. Position
+    # 6 spells unit 1's duration: 3 frames in the draft, 0 in the stream.
+    assert stream[6] == CONFIG.duration_offset
+    session.forward(torch.tensor([[stream[5], CONFIG.duration_offset + 3, 1]]), cache)
+    cache.truncate(6)
+    for end in range(6, len(stream)):
+        lo, hi = session.draft_range(stream[:end])  # the verified prefix, then drafted tokens
+        allowed = torch.isfinite(full[0, end - 1]).nonzero().flatten().tolist()
+        assert allowed == list(range(lo, hi)), end
+    # Negative control: the stale slot of position 6 (a code of the 3-frame unit) disagrees.
+    stale = session._slots[0][6]
+    assert session._ranges[stale.slot] != session.draft_range(stream[:7])
+
+
 def test_generation_through_the_shared_loop_gives_a_well_formed_stream(model):
     units = [1, 4, 5, 6, 2]
     session = CodecLMSession(model, units)
