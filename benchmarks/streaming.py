@@ -312,6 +312,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     )
     parser.add_argument("--long-chunks", type=float, nargs="+", default=[1.0], help="chunk sizes run on the long files")
     parser.add_argument("--vad", action=argparse.BooleanOptionalAction, default=True, help="gate audio with the VAD")
+    parser.add_argument("--vad-hangover", type=float, default=VADOptions().hangover_seconds,
+                        help="VADOptions.hangover_seconds: silence after speech before a pause is declared")
     parser.add_argument(
         "--decode-at-pauses", choices=["auto", "on", "off"], default="auto",
         help="decode pending speech at VAD speech pauses (PipelineOptions.decode_at_pauses); auto: the "
@@ -329,7 +331,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     torch.set_num_threads(args.threads)
     machine = machine_description()
     asr = burble.load_model(args.model)
-    vad = StreamingVAD(VADOptions()) if args.vad else None  # one model; each VADStage resets it
+    vad = StreamingVAD(VADOptions(hangover_seconds=args.vad_hangover)) if args.vad else None  # one model; each VADStage resets it
     global DECODE_AT_PAUSES
     DECODE_AT_PAUSES = {"auto": None, "on": True, "off": False}[args.decode_at_pauses]
     shorts, longs = load_recordings(args.limit, not args.no_long)
@@ -355,7 +357,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     setting = ["encoder", "policy", "chunk s", "lookahead s", "AlignAtt min p"]
     body = (
         f"{args.model}, {len(shorts)} short dev clips ({sum(r.seconds for r in shorts):.0f} s), offline greedy WER "
-        f"{100 * offline:.1f}%; VAD {'on' if args.vad else 'off'}{'' if args.decode_at_pauses == 'auto' else f' (decoding at pauses {args.decode_at_pauses})'}; AlignAtt frames {args.alignatt_frames}; previous-"
+        f"{100 * offline:.1f}%; VAD {'on' if args.vad else 'off'}{f' (hangover {args.vad_hangover} s)' if args.vad and args.vad_hangover != VADOptions().hangover_seconds else ''}{'' if args.decode_at_pauses == 'auto' else f' (decoding at pauses {args.decode_at_pauses})'}; AlignAtt frames {args.alignatt_frames}; previous-"
         "hypothesis draft on. Simulated real-time clock; columns as in the script's docstring.\n\n"
         + markdown_table(setting + metrics + ["encoder ms / call", "decoder passes / call"], rows)
     )

@@ -145,15 +145,21 @@ SPEAK = st.fixed_dictionaries({"type": st.just("speak"), "text": st.one_of(st.te
 @given(message=SPEAK)
 def test_fuzzed_speak_messages_get_audio_or_a_clear_error(fuzz_server, message):
     """Any speak message: audio_start ... audio_end, or an error with a known code; never internal."""
+    text = json.dumps(message)
+    try:  # Python writes NaN/Infinity, which is not JSON: the server answers bad_json then
+        json.loads(text, parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
+        known = ("bad_text", "bad_field")
+    except ValueError:
+        known = ("bad_json",)
     with connect(tts_url(fuzz_server)) as ws:
-        ws.send(json.dumps(message))
+        ws.send(text)
         reply = json.loads(ws.recv(timeout=60))
         if reply["type"] == "audio_start":
             while isinstance(frame := ws.recv(timeout=60), bytes):
                 pass
             assert json.loads(frame)["type"] == "audio_end"
         else:
-            assert reply["type"] == "error" and reply["code"] in ("bad_text", "bad_field"), reply
+            assert reply["type"] == "error" and reply["code"] in known, reply
     assert "internal" not in fuzz_server.snapshot()["errors"]
 
 
