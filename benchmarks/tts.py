@@ -177,32 +177,32 @@ def main(argv: list[str] | None = None) -> int:
         seconds = acc[systems[0]]["seconds"]
         sections.append(f"**{set_name}**: {len(sentences)} sentences, {seconds:.0f} s of Piper speech\n\n"
                         + markdown_table(header, rows))
-    body = (f"Voice `{args.voice}`: codec LM {sum(p.numel() for p in voice.model.parameters()) / 1e6:.1f} M parameters, "
-            f"{books} codec books ({codec.name}), temperature {args.temperature}, one seed per sentence, default options "
-            f"(speculative `auto`: {'MTP draft heads, ' + str(burble.tts.SynthesisOptions().draft_length) + ' drafted tokens per pass' if speculative else 'off, no heads'}). Piper: "
-            "`en_US-joe-medium`, noise 0 (the voice the LM learned from). WER: greedy burble Whisper on the 16 kHz "
-            "resampled audio against the sentence text (normalised). RTF: wall time of `synthesize` (codec LM, codec "
-            "decoder and HiFi-GAN vocoder) per second of audio; copy-synthesis: codec encode + decode. First audio: "
-            "`stream()` until its first chunk; streamed RTF: the whole `stream()` of the same sentences (codec LM, "
-            "streaming codec decoder, exact streaming vocoder in chunks of 8 frames).\n\n" + "\n\n".join(sections))
+    spec_body = "" if speculative else "Speculative sampling: the voice ships no draft heads, so no speculative row."
     if spec_rows:
-        body += ("\n\n**Speculative sampling** (MTP draft heads, exact: the verifier keeps the target's distribution); "
-                 "passes per token with and without drafts on the same sentences and seeds:\n\n"
-                 + markdown_table(["set", "sentences", "passes/token plain", "passes/token mtp", "mean accepted length",
-                                   "acceptance by position", "decoder speedup", "synthesis speedup",
-                                   f"WER {judges[0]} plain / mtp"], spec_rows)
-                 + "\n\nDecoder speedup: wall time of the codec LM's generation (drafting included), plain / mtp; "
-                 "synthesis speedup: the whole `synthesize` (codec and vocoder included). The two columns of WER "
-                 "sample the same distribution with different random draws.")
-    elif not speculative:
-        body += "\n\nSpeculative sampling: the voice ships no draft heads, so no speculative row."
-    title = "TTS: codec-LM speech, intelligibility and speed"
+        spec_body = ("**Speculative sampling** (MTP draft heads, exact: the verifier keeps the target's distribution); "
+                     "passes per token with and without drafts on the same sentences and seeds:\n\n"
+                     + markdown_table(["set", "sentences", "passes/token plain", "passes/token mtp", "mean accepted length",
+                                       "acceptance by position", "decoder speedup", "synthesis speedup",
+                                       f"WER {judges[0]} plain / mtp"], spec_rows)
+                     + "\n\nDecoder speedup: wall time of the codec LM's generation (drafting included), plain / mtp; "
+                     "synthesis speedup: the whole `synthesize` (codec and vocoder included). The two columns of WER "
+                     "sample the same distribution with different random draws.")
     if args.speculative_only:
         title = "TTS: speculative sampling with MTP draft heads"
         body = (f"Voice `{args.voice}`, temperature {args.temperature}, {args.threads} torch threads, "
                 f"draft length {burble.tts.SynthesisOptions().draft_length}; `--speculative-only`: plain and MTP "
-                "sampling of the same sentences with the same seeds, nothing else." + body[body.index("\n\n**Speculative"):]
-                if spec_rows else "The voice ships no draft heads.")
+                "sampling of the same sentences with the same seeds, nothing else.\n\n" + spec_body)
+    else:
+        title = "TTS: codec-LM speech, intelligibility and speed"
+        body = (f"Voice `{args.voice}`: codec LM {sum(p.numel() for p in voice.model.parameters()) / 1e6:.1f} M parameters, "
+                f"{books} codec books ({codec.name}), temperature {args.temperature}, one seed per sentence, default options "
+                f"(speculative `auto`: {'MTP draft heads, ' + str(burble.tts.SynthesisOptions().draft_length) + ' drafted tokens per pass' if speculative else 'off, no heads'}). Piper: "
+                "`en_US-joe-medium`, noise 0 (the voice the LM learned from). WER: greedy burble Whisper on the 16 kHz "
+                "resampled audio against the sentence text (normalised). RTF: wall time of `synthesize` (codec LM, codec "
+                "decoder and HiFi-GAN vocoder) per second of audio; copy-synthesis: codec encode + decode. First audio: "
+                "`stream()` until its first chunk; streamed RTF: the whole `stream()` of the same sentences (codec LM, "
+                "streaming codec decoder, exact streaming vocoder in chunks of 8 frames).\n\n" + "\n\n".join(sections)
+                + ("\n\n" + spec_body if spec_body else ""))
     append_section(title, body, machine=machine, write=not args.quick)
     return 0
 

@@ -327,6 +327,7 @@ class CodecLMSession:
         self._slots: list[list[Slot]] = []
         self._last: tuple[int, Optional[torch.Tensor]] = (0, None)
         self._ranges = allowed_ranges(self.config)
+        self._cache: Optional[KVCache] = None  # the cache of new_cache(): how far the slots are exact
 
     @property
     def max_tokens(self) -> int:
@@ -381,10 +382,9 @@ class CodecLMSession:
     def draft_range(self, tokens: Sequence[int]) -> Optional[tuple[int, int]]:
         """The token ids ``[lo, hi)`` the grammar allows after ``tokens`` (row 0's sequence, drafted
         tokens included), so MTP drafts score one codebook instead of the whole vocabulary."""
-        cache = getattr(self, "_cache", None)
         slots = self._slots[0] if self._slots else []
         # Slots of the positions the cache holds are exact; a rejected draft's may linger past it.
-        known = min(len(slots), len(tokens), cache.length if cache is not None else 0)
+        known = min(len(slots), len(tokens), self._cache.length if self._cache is not None else 0)
         if known < 1:
             return None
         slot = slots[known - 1]

@@ -49,12 +49,17 @@ def test_stream_spells_durations_then_frames_and_the_grammar_reads_it_back():
         token_stream(CONFIG, [2, 2], codes[:, :3])
 
 
-def test_incremental_decoding_with_rollback_equals_one_full_pass(model):
-    codes = np.random.default_rng(0).integers(0, 16, (2, 7))
-    units = [1, 4, 5, 2]
-    stream = token_stream(CONFIG, [1, 3, 0, 3], codes)
+def _one_full_pass(model, seed: int, durations: list[int], units: list[int]):
+    """A random token stream of ``durations``, its session, and the logits of one pass over it."""
+    codes = np.random.default_rng(seed).integers(0, 16, (2, sum(durations)))
+    stream = token_stream(CONFIG, durations, codes)
     session = CodecLMSession(model, units)
-    full = session.forward(torch.tensor([stream]), session.new_cache(1, 64))
+    return stream, session, session.forward(torch.tensor([stream]), session.new_cache(1, 64))
+
+
+def test_incremental_decoding_with_rollback_equals_one_full_pass(model):
+    units = [1, 4, 5, 2]
+    stream, session, full = _one_full_pass(model, 0, [1, 3, 0, 3], units)
     cache = session.new_cache(1, 64)
     pieces = [session.forward(torch.tensor([stream[:3]]), cache)]
     # A rejected draft: wrong tokens written, then rolled back, must leave no trace.
@@ -73,11 +78,7 @@ def test_incremental_decoding_with_rollback_equals_one_full_pass(model):
 
 
 def test_draft_range_is_the_slot_the_logits_allow_even_after_a_rollback(model):
-    codes = np.random.default_rng(1).integers(0, 16, (2, 6))
-    units = [1, 4, 5, 2]
-    stream = token_stream(CONFIG, [2, 0, 3, 1], codes)
-    session = CodecLMSession(model, units)
-    full = session.forward(torch.tensor([stream]), session.new_cache(1, 64))
+    stream, session, full = _one_full_pass(model, 1, [2, 0, 3, 1], [1, 4, 5, 2])
     cache = session.new_cache(1, 64)
     assert session.draft_range(stream[:1]) is None  # nothing encoded yet: no slot known
     session.forward(torch.tensor([stream[:5]]), cache)
