@@ -82,11 +82,14 @@ class LoadedWhisper:
     def device(self) -> torch.device:
         return self.model.device
 
-    def text_model(self, audio_features: torch.Tensor) -> WhisperTextModel:
-        """The decoder bound to ``audio_features`` ``(1 or B, 1500, D)``, static or dynamic."""
+    def text_model(
+        self, audio_features: torch.Tensor, cross: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None
+    ) -> WhisperTextModel:
+        """The decoder bound to ``audio_features`` ``(1 or B, 1500, D)``, static or dynamic
+        (``cross``: their cross-attention K/V per layer, if the caller has them)."""
         if self.static_steps is not None:
-            return StaticWhisperTextModel(self.model, audio_features, self.static_steps)
-        return WhisperTextModel(self.model, audio_features)
+            return StaticWhisperTextModel(self.model, audio_features, self.static_steps, cross=cross)
+        return WhisperTextModel(self.model, audio_features, cross=cross)
 
     @torch.inference_mode()
     def encode(self, mel: torch.Tensor) -> torch.Tensor:

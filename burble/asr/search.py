@@ -68,6 +68,7 @@ def decode_window(
     drafter: Optional[Drafter] = None,
     previous_hypothesis: Sequence[int] = (),
     extra_processors: Optional[ProcessorFactory] = None,
+    cross: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None,
 ) -> WindowResult:
     """Decode one 30 s window's text tokens (timestamps included, end-of-text excluded).
 
@@ -80,8 +81,10 @@ def decode_window(
         chooses one from ``options.speculative``.
       previous_hypothesis: an earlier decode of the same audio, a draft for ``speculative="auto"``.
       extra_processors: this caller's own processors (e.g. a stream's biasing).
+      cross: the decoder's cross-attention K/V of ``audio_features`` per layer, if the caller
+        keeps them (the cache-aware stream extends them by its new frames only).
     """
-    text_model = whisper.text_model(audio_features)
+    text_model = whisper.text_model(audio_features, cross)
     decoding = decoding_options(whisper, prompt, options, temperature)
     chain = window_processors(whisper, prompt, options, extra_processors)
     prompt_tensor = torch.tensor([prompt], device=whisper.device)

@@ -112,7 +112,7 @@ def beam_search(
     cache = model.new_cache(1, prompt_len + options.max_new_tokens + 1)
     probe = _ProbeRecorder(probe_index)
     if prompt_len > 1:
-        probe.see(0, model.forward(prompt[:, :-1], cache))
+        probe.prefill(model, prompt[:, :-1], cache)
         stats.target_passes += 1
     cache.reorder(torch.zeros(beam, dtype=torch.long))
     sequences = prompt.repeat(beam, 1)

@@ -60,6 +60,23 @@ class _ProbeRecorder:
         if self.index is not None and start <= self.index < start + logits.shape[1]:
             self.logits = logits[:, self.index - start].clone()
 
+    def prefill(self, model: AutoregressiveModel, tokens: torch.Tensor, cache: KVCache) -> None:
+        """Run a prompt's ``tokens`` into ``cache``, keeping only the logits this probe needs.
+
+        A :class:`~burble.decoding.model.PrefillModel` projects just the probe's row (if the
+        probe lies in the prompt) instead of every prompt row: with Whisper's previous-text
+        prompt (up to 224 tokens) that projection was the largest single cost of a window's decode.
+        """
+        start = cache.length
+        prefill = getattr(model, "prefill", None)
+        if prefill is None:
+            self.see(start, model.forward(tokens, cache))
+            return
+        inside = self.index is not None and start <= self.index < start + tokens.shape[1]
+        logits = prefill(tokens, cache, [self.index - start] if inside else [])
+        if inside:
+            self.logits = logits[:, 0].clone()
+
 
 def _working_precision(logits: torch.Tensor) -> torch.Tensor:
     """fp32 for half-precision logits; fp64 logits stay fp64 (exact statistical tests)."""
@@ -136,7 +153,7 @@ def generate(
         return warp(processed[0], temperature=options.temperature, top_k=options.top_k, top_p=options.top_p)
 
     if prompt_len > 1:
-        probe.see(0, model.forward(prompt[:, :-1], cache))
+        probe.prefill(model, prompt[:, :-1], cache)
         stats.target_passes += 1
     # Every row's tokens live in one preallocated buffer: ``history[:, :length]`` is the sequence so
     # far and a pass writes its draft just after it, so each verified position's prefix is a view

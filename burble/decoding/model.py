@@ -32,6 +32,20 @@ class AutoregressiveModel(Protocol):
         ...
 
 
+class PrefillModel(AutoregressiveModel, Protocol):
+    """A model that can extend its cache without projecting every row to the vocabulary.
+
+    A prompt's logits are not needed except at a probe position (Whisper's no-speech
+    probability), and projecting each prompt row onto a large vocabulary costs as much as a
+    decoding step (tiny.en: 52k x 384 per row). :func:`burble.decoding.generate.prefill` uses this
+    method when a model has it and :meth:`AutoregressiveModel.forward` otherwise.
+    """
+
+    def prefill(self, tokens: torch.Tensor, cache: KVCache, rows: list[int]) -> torch.Tensor:
+        """Like ``forward``, but return logits ``(B, len(rows), V)`` of the given rows of ``tokens`` only."""
+        ...
+
+
 class TreeModel(AutoregressiveModel, Protocol):
     """A model that can score a draft tree in one pass (explicit positions and attention mask)."""
 

@@ -36,7 +36,7 @@ def _packing_available() -> bool:
     return _available
 
 
-def _packed(layer: nn.Linear) -> torch.Tensor:
+def _packed(layer: nn.Module) -> torch.Tensor:
     """The layer's weight in oneDNN's layout, packed once per weight version."""
     key = (layer.weight.data_ptr(), layer.weight._version)
     cached = getattr(layer, _PACKED_ATTR, None)
@@ -48,10 +48,18 @@ def _packed(layer: nn.Linear) -> torch.Tensor:
 
 def linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
     """``layer(x)``; multi-row float32 CPU inference through oneDNN with a prepacked weight."""
+    return weight_linear(x, layer, layer.bias)
+
+
+def weight_linear(x: torch.Tensor, owner: nn.Module, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``x @ owner.weight.T (+ bias)`` as :func:`linear` computes it, for any module holding an
+    ``(out, in)`` weight: an ``nn.Linear``, or a tied ``nn.Embedding`` used as the output
+    projection (Whisper's logits). The packed weight is cached on ``owner``."""
+    weight = owner.weight
     rows = x.numel() // x.shape[-1] if x.numel() else 0
     if (1 < rows <= MAX_PACKED_ROWS and x.device.type == "cpu" and x.dtype == torch.float32
-            and layer.weight.dtype == torch.float32 and not (torch.is_grad_enabled() and layer.weight.requires_grad)
+            and weight.dtype == torch.float32 and not (torch.is_grad_enabled() and weight.requires_grad)
             and _packing_available()):
-        out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), _packed(layer), layer.bias, "none", [], "")
-        return out.reshape(*x.shape[:-1], layer.out_features)
-    return F.linear(x, layer.weight, layer.bias)
+        out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), _packed(owner), bias, "none", [], "")
+        return out.reshape(*x.shape[:-1], weight.shape[0])
+    return F.linear(x, weight, bias)

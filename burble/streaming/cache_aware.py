@@ -16,6 +16,9 @@ encoder state instead (issue 13, first opt-in version):
   enough there): re-decoding 1-3 s windows, a 256-frame tail looped on several dev clips
   (committed WER 0.105 over the 20 short clips) where 512 frames (10.24 s) gave 0.029 and 768
   gave 0.045 (offline greedy: 0.045; the re-encoding recognizer: 0.061).
+* **Cross-attention K/V.** The decoder's keys and values of the final frames are projected once
+  per layer (:class:`CrossKeysValues`) and extended by each chunk's new frames; a decode
+  projects only its tail. They restart with the encoder state (a trim or an endpoint).
 * **Everything else is the re-encoding recognizer's**: the decode (``asr.decode_window`` with the
   previous hypothesis as the lossless speculative draft), LocalAgreement commits, word timing by
   DTW over the alignment heads, the trim rule (sentence ends, or a forced trim past
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import torch
@@ -41,6 +45,7 @@ import torch
 from burble.asr.frontend import HOP_LENGTH
 from burble.asr.pipeline import WhisperASR
 from burble.asr.streaming_frontend import StreamingLogMel, StreamingLogMelOptions
+from burble.asr.whisper.model import Whisper
 from burble.asr.whisper.streaming_encoder import EncoderState, StreamingEncoder, StreamingEncoderOptions
 from burble.audio import SAMPLE_RATE
 from burble.streaming.events import StreamEvent
@@ -92,6 +97,48 @@ class CacheAwareOptions:
         return n_final + steps * self.lookahead_frames
 
 
+class CrossKeysValues:
+    """The decoder's cross-attention keys/values of one stream's audio features, per layer.
+
+    The features are the encoder state's final frames (never recomputed until a trim or a new
+    state) followed by a padding tail that changes every decode. The final frames' K/V live in
+    per-layer buffers of the whole position budget and grow by the frames that became final since
+    the last decode; the tail's K/V are projected into the slots after them (scratch, like the
+    encoder cache's). Each decode then projects ``new final + tail`` frames, not the window.
+
+    Args:
+      model: the Whisper model whose decoder attends to the features.
+      max_frames: the position budget (content + tail never exceed it).
+    """
+
+    def __init__(self, model: Whisper, max_frames: int) -> None:
+        self.blocks = [block.cross_attn for block in model.decoder.blocks]
+        dims = model.dims
+        shape = (1, dims.n_text_head, max_frames, dims.n_text_state // dims.n_text_head)
+        weight = model.decoder.token_embedding.weight
+        self.keys = [torch.empty(shape, dtype=weight.dtype, device=weight.device) for _ in self.blocks]
+        self.values = [torch.empty(shape, dtype=weight.dtype, device=weight.device) for _ in self.blocks]
+        self._state: Optional[EncoderState] = None
+        self._offset = 0
+        self.length = 0  # final frames whose K/V are in the buffers
+
+    @torch.inference_mode()
+    def of(self, state: EncoderState, features: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """K/V of ``features`` (``state``'s final frames, then a tail), each ``(1, H, T, d)``."""
+        if state is not self._state or state.offset != self._offset or state.n_final < self.length:
+            self._state, self._offset, self.length = state, state.offset, 0  # a trim or a new state
+        final, total = state.n_final, features.shape[1]
+        if features.shape[0] != 1 or total > self.keys[0].shape[2]:
+            raise ValueError(f"features {tuple(features.shape)} do not fit one stream's {self.keys[0].shape[2]} positions")
+        new = features[:, self.length :]  # frames that became final since the last call, and the tail
+        for block, keys, values in zip(self.blocks, self.keys, self.values):
+            k, v = block.project_kv(new)
+            keys[:, :, self.length : total] = k
+            values[:, :, self.length : total] = v
+        self.length = final
+        return [(k[:, :, :total], v[:, :, :total]) for k, v in zip(self.keys, self.values)]
+
+
 @dataclass
 class CacheAwareStats(RecognizerStats):
     """:class:`RecognizerStats` plus where the encoder's work goes.
@@ -134,6 +181,7 @@ class CacheAwareWhisperRecognizer(WhisperStreamingRecognizer):
         self._max_window_samples = (self.encoder.capacity - 2 * options.chunk_frames - options.lookahead_frames) * SAMPLES_PER_FRAME
         self._frontend = StreamingLogMel(StreamingLogMelOptions(n_mels=asr.model.dims.n_mels))
         self._state = self.encoder.new_state()
+        self._cross = CrossKeysValues(asr.model, self.encoder.max_frames)
 
     # -- Recognizer protocol -------------------------------------------------------------------
 
@@ -201,6 +249,9 @@ class CacheAwareWhisperRecognizer(WhisperStreamingRecognizer):
         # <= 200 samples back); alignment reads encoder frames of the received audio only.
         frames = min(len(self._audio) // HOP_LENGTH, 2 * state.n_received)
         return features, frames
+
+    def _cross_kv(self, features: torch.Tensor) -> Optional[list[tuple[torch.Tensor, torch.Tensor]]]:
+        return self._cross.of(self._state, features)
 
     def _trim_to(self, sample: int) -> None:
         """Trim the window and the encoder state together, on the encoder's frame grid."""

@@ -284,6 +284,11 @@ class WhisperStreamingRecognizer:
         frames = min(mel.shape[-1] - 1, N_FRAMES)
         return self.asr.encode(pad_or_trim(mel[:, :frames])), frames
 
+    def _cross_kv(self, features: torch.Tensor) -> Optional[list[tuple[torch.Tensor, torch.Tensor]]]:
+        """The decoder's cross-attention K/V of ``features``, if this recognizer keeps them (else
+        ``None``: the decode projects them). Re-encoded windows change every frame: nothing to keep."""
+        return None
+
     def _decode_and_commit(self) -> list[StreamEvent]:
         """Re-decode the window, commit what the policy confirms, report the rest as partial."""
         events: list[StreamEvent] = []
@@ -362,6 +367,7 @@ class WhisperStreamingRecognizer:
         window = self.asr.decode_window(
             features, prompt, options, temperature=0.0, stats=self.stats.decoding,
             previous_hypothesis=self._previous_tokens, extra_processors=self.biasing,
+            cross=self._cross_kv(features),
         )
         self.stats.decodes += 1
         tokenizer = self.asr.tokenizer

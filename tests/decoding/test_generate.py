@@ -156,6 +156,37 @@ def test_probe_index_returns_raw_logits_at_that_position():
         assert torch.equal(result.probe_logits[0], logits[index])
 
 
+class _PrefillingModel:
+    """A :class:`TableModel` that also implements ``prefill`` and records the rows it projects."""
+
+    def __init__(self, model: TableModel) -> None:
+        self.model, self.vocab_size, self.rows_asked = model, model.vocab_size, []
+
+    def new_cache(self, batch_size: int, max_length: int) -> KVCache:
+        return self.model.new_cache(batch_size, max_length)
+
+    def forward(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        return self.model.forward(tokens, cache)
+
+    def prefill(self, tokens: torch.Tensor, cache: KVCache, rows: list[int]) -> torch.Tensor:
+        self.rows_asked.append(list(rows))
+        return self.model.forward(tokens, cache)[:, rows]
+
+
+def test_a_prefill_model_projects_only_the_probe_row_and_decodes_the_same():
+    model = _target()
+    prompt = [3, 1, 4, 1, 5]
+    options = DecodingOptions(max_new_tokens=4)
+    for index in (None, 0, 3, 4):  # 4 is the prompt's last token: not prefilled, the first pass reads it
+        plain = _run(model, prompt, options, probe_index=index)
+        wrapped = _PrefillingModel(model)
+        result = _run(wrapped, prompt, options, probe_index=index)
+        assert result.tokens == plain.tokens
+        assert wrapped.rows_asked == [[index] if index is not None and index < len(prompt) - 1 else []]
+        if index is not None:
+            assert torch.equal(result.probe_logits, plain.probe_logits)
+
+
 def test_bad_arguments_are_refused():
     model = _target()
     with pytest.raises(ValueError, match="beam"):

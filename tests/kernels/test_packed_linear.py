@@ -54,3 +54,14 @@ def test_a_changed_weight_is_repacked():
         after = linear(x, layer)
     assert torch.allclose(after, F.linear(x, layer.weight, layer.bias), atol=1e-5)
     assert not torch.allclose(after, before, atol=1e-3)  # a stale packed weight would give `before`
+
+
+@pytest.mark.parametrize("rows", [2, 16])
+def test_weight_linear_projects_onto_a_tied_embedding(rows):
+    torch.manual_seed(rows)
+    embedding = nn.Embedding(1000, 64)  # Whisper's logits: hidden @ token_embedding.weight.T
+    x = torch.randn(1, rows, 64)
+    with torch.inference_mode():
+        out = linear_module.weight_linear(x, embedding)
+    assert torch.allclose(out, x @ embedding.weight.T, atol=1e-5, rtol=1e-5)
+    assert getattr(embedding, linear_module._PACKED_ATTR, None) is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import burble
 from burble.audio import SAMPLE_RATE
@@ -177,3 +178,47 @@ def test_options_are_validated():
         CacheAwareOptions(tail_frames=0)
     options = CacheAwareOptions()
     assert (options.chunk_frames, options.lookahead_frames, options.tail_frames) == (50, 50, 512)
+
+
+def test_cross_attention_keys_values_extend_with_final_frames_and_restart_after_a_trim(asr):
+    """Every decode's cross-attention K/V equal the decoder projecting its whole features, while
+    only new final frames and the tail are projected (and everything again after a trim)."""
+    audio = load_audio("examples/jfk.wav")
+    recognizer = CacheAwareWhisperRecognizer(asr)
+    decoder = asr.model.decoder
+    projected: list[int] = []
+    for block in decoder.blocks:  # count frames through one layer's projection
+        inner = block.cross_attn.project_kv
+
+        def counted(source, inner=inner, layer=block):  # type: ignore[no-untyped-def]
+            if layer is decoder.blocks[0]:
+                projected.append(source.shape[1])
+            return inner(source)
+
+        block.cross_attn.project_kv = counted  # type: ignore[method-assign]
+    checked = 0
+    try:
+        for i in range(0, len(audio), SAMPLE_RATE):
+            recognizer.accept(audio[i : i + SAMPLE_RATE], i)
+            features, _ = recognizer._encode()
+            state = recognizer.encoder_state
+            before = recognizer._cross.length
+            projected.clear()
+            cross = recognizer._cross_kv(features)
+            assert projected == [features.shape[1] - before]  # new final frames + tail, not the window
+            with torch.inference_mode():
+                reference = decoder.cross_kv(features)
+            for (k, v), (k_ref, v_ref) in zip(cross, reference):
+                assert torch.allclose(k, k_ref, atol=1e-5) and torch.allclose(v, v_ref, atol=1e-5)
+            assert recognizer._cross.length == state.n_final
+            checked += 1
+            if i == 5 * SAMPLE_RATE:  # a trim re-encodes the content at new positions: start over
+                recognizer._trim_to(recognizer._window_start + 2 * SAMPLE_RATE)
+                features, _ = recognizer._encode()
+                projected.clear()
+                recognizer._cross_kv(features)
+                assert projected == [features.shape[1]]
+    finally:
+        for block in decoder.blocks:
+            del block.cross_attn.project_kv
+    assert checked >= 10

@@ -16,6 +16,7 @@ from torch import nn
 
 from burble.decoding.kv_cache import KVCache
 from burble.kernels.attention import attention
+from burble.kernels.linear import MAX_PACKED_ROWS, weight_linear
 
 
 @dataclass(frozen=True)
@@ -222,19 +223,25 @@ class TextDecoder(nn.Module):
         """``(B, T, D)`` -> float32 logits over the tied token embedding.
 
         This product reads the whole embedding (80-100 MB in fp32) every step, so its layout
-        matters on CPU. Measured with MKL on this project's machines (tiny.en, 1 and 2 threads):
-        against a contiguous transposed copy, 1-16 rows (a step, or a speculative verification)
-        cost 1.7-6.7 ms at 2 threads, while ``E @ x^T`` costs ~7.5 ms from 2 rows on; beyond ~16
-        rows (batched decoding) ``E @ x^T`` wins.
+        matters on CPU, and which layout wins depends on the CPU (tiny.en, 2 threads). One row (a
+        plain decoding step) multiplies a contiguous transposed copy: MKL's GEMV, 1.7 ms on the
+        Intel machines here, 5.3 ms on an AMD EPYC one. With several rows (a speculative
+        verification, a timing pass) that copy cost 1.7-6.7 ms for 2-16 rows on Intel but 10-25
+        ms on the AMD machine, where MKL pays per row (``E @ x^T``: 6-17 ms); oneDNN with the
+        weight prepacked once (:func:`burble.kernels.linear.weight_linear`, a second 80 MB copy)
+        costs 7-11 ms there for 2-16 rows, so 2-64 rows go through it. Beyond that (batched
+        decoding) ``E @ x^T`` is MKL's efficient GEMM.
         """
         weight = self.token_embedding.weight
         batch, length, dim = x.shape
         if x.device.type != "cpu":
             return (x @ weight.to(x.dtype).T).float()
-        if batch * length <= 16:
+        if batch * length == 1:
             if self._embedding_t is None or self._embedding_t.shape[1] != weight.shape[0]:
                 self._embedding_t = weight.detach().T.contiguous()
             return (x @ self._embedding_t).float()
+        if batch * length <= MAX_PACKED_ROWS and x.dtype == torch.float32:
+            return weight_linear(x, self.token_embedding).float()
         flat = x.reshape(batch * length, dim)
         return (weight @ flat.T).T.reshape(batch, length, -1).float()
 
@@ -269,14 +276,21 @@ class WhisperTextModel:
       model: the Whisper model.
       audio_features: ``(1 or B, 1500, D)`` encoder output (batch 1 is shared by every row).
       num_layers: use only the first layers (the early-exit self-draft view of the same weights).
+      cross: each layer's cross-attention K/V of ``audio_features``, if the caller has them (a
+        stream extends them as its frames become final); computed here otherwise.
     """
 
-    def __init__(self, model: Whisper, audio_features: torch.Tensor, num_layers: Optional[int] = None) -> None:
+    def __init__(
+        self, model: Whisper, audio_features: torch.Tensor, num_layers: Optional[int] = None,
+        cross: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None,
+    ) -> None:
         self.model = model
         self.audio_features = audio_features
         self.num_layers = num_layers or model.dims.n_text_layer
         self.vocab_size = model.dims.n_vocab
-        self._cross = model.decoder.cross_kv(audio_features, self.num_layers)
+        if cross is not None and len(cross) < self.num_layers:
+            raise ValueError(f"{len(cross)} layers of cross-attention K/V for a {self.num_layers}-layer decoder")
+        self._cross = list(cross[: self.num_layers]) if cross is not None else model.decoder.cross_kv(audio_features, self.num_layers)
 
     def early_exit(self, num_layers: int) -> "WhisperTextModel":
         """A view that drafts with the first ``num_layers`` layers (no extra weights)."""
@@ -307,6 +321,15 @@ class WhisperTextModel:
         # Kept for multi-token-prediction drafting (burble.decoding.mtp): a reference, no copy.
         self._last_hidden = (start, hidden)
         return self.model.decoder.project_logits(hidden)
+
+    @torch.inference_mode()
+    def prefill(self, tokens: torch.Tensor, cache: KVCache, rows: list[int]) -> torch.Tensor:
+        """Like :meth:`forward`, projecting only ``rows`` of ``tokens`` to logits (a prompt: see
+        :class:`burble.decoding.model.PrefillModel`); hidden states of all rows stay for drafters."""
+        start = cache.length
+        hidden, _ = self.model.decoder.hidden_states(tokens, cache, num_layers=self.num_layers)
+        self._last_hidden = (start, hidden)
+        return self.model.decoder.project_logits(hidden[:, rows])
 
     @torch.inference_mode()
     def forward_tree(self, tokens: torch.Tensor, cache: KVCache, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -167,9 +167,10 @@ class StaticWhisperTextModel(WhisperTextModel):
     """
 
     def __init__(
-        self, model: Whisper, audio_features: torch.Tensor, steps: "StaticSteps", *, graph: Optional[bool] = None
+        self, model: Whisper, audio_features: torch.Tensor, steps: "StaticSteps", *, graph: Optional[bool] = None,
+        cross: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None,
     ) -> None:
-        super().__init__(model, audio_features)
+        super().__init__(model, audio_features, cross=cross)
         self._steps = steps
         self._graph = graph
         self._step: Optional[StaticDecoderStep] = None
