@@ -273,6 +273,12 @@ class StreamingVAD:
             return None
         return max(self._utt_start, min(self._last_speech_end + self._hangover, self._processed))
 
+    @property
+    def in_pause(self) -> bool:
+        """In an utterance whose speech stopped a hangover ago: :attr:`speech_end` will not move
+        until speech resumes, so the audio up to it is all there is for now."""
+        return self._utt_start is not None and self._processed >= self._last_speech_end + self._hangover
+
     # ------------------------------------------------------------------------------ processing
     def process(self, audio: np.ndarray) -> list[VADEvent]:
         """Classify new contiguous audio; return the utterance boundaries it completes.

@@ -41,7 +41,7 @@ from burble.asr.options import TranscribeOptions
 from burble.asr.pipeline import WhisperASR
 from burble.asr.prompt import sot_sequence
 from burble.asr.whisper.timing import Alignment, align
-from burble.asr.window import clamp_word_durations, is_silence
+from burble.asr.window import WindowResult, clamp_word_durations, is_silence
 from burble.decoding.stats import SpeculativeStats
 from burble.streaming.events import StreamEvent, Word
 from burble.streaming.policy import (
@@ -61,6 +61,12 @@ COMMIT_POLICIES = ("local-agreement", "alignatt")
 # hangover left after a pause commit and a trim, at the end of a stream) let a boosted hotword be
 # written into 20 ms ("... with his sister. Gdansk"): its bonus makes the invention look confident.
 MIN_UNHEARD_SECONDS = 0.2
+# A window holding less new audio than this after words committed in the same utterance is a tail
+# (the breath or click the VAD kept after a pause commit). There Whisper's confident-text
+# exception to its no-speech rule fails: "... for your country." was followed by "Thank you."
+# (no-speech 0.76, average log-probability -0.58) decoded from 0.23 s. A tail whose no-speech
+# probability is above the threshold is silence whatever its text's confidence.
+TAIL_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -292,8 +298,7 @@ class WhisperStreamingRecognizer:
     def _decode_and_commit(self) -> list[StreamEvent]:
         """Re-decode the window, commit what the policy confirms, report the rest as partial."""
         events: list[StreamEvent] = []
-        heard_until = max(self._window_start / SAMPLE_RATE, self._utterance_words[-1].end if self._utterance_words else 0.0)
-        if (self._window_start + len(self._audio)) / SAMPLE_RATE - heard_until < MIN_UNHEARD_SECONDS:
+        if self._unheard_seconds() < MIN_UNHEARD_SECONDS:
             return events  # no room for a word: a decode would only invent one
         if isinstance(self._policy, AlignAtt):
             committed = self._policy.insert(*self._decode_alignatt())
@@ -304,6 +309,18 @@ class WhisperStreamingRecognizer:
         events.append(StreamEvent.from_words("partial", self._shown(self._policy.tentative), segment_id=self.segment_id))
         self._maybe_trim()
         return events
+
+    def _unheard_seconds(self) -> float:
+        """Audio in the window after the utterance's last committed word."""
+        heard_until = max(self._window_start / SAMPLE_RATE, self._utterance_words[-1].end if self._utterance_words else 0.0)
+        return (self._window_start + len(self._audio)) / SAMPLE_RATE - heard_until
+
+    def _is_silent_tail(self, window: WindowResult, prefix: list[int]) -> bool:
+        """A short window after this utterance's committed words that Whisper calls no speech (see
+        ``TAIL_SECONDS``)."""
+        threshold = self.decode_options.no_speech_threshold
+        return (bool(self._utterance_words) and not prefix and threshold is not None
+                and self._unheard_seconds() < TAIL_SECONDS and window.no_speech_prob > threshold)
 
     def _decode_words(self) -> list[Word]:
         """LocalAgreement's hypothesis: the words of the whole window (committed ones included)."""
@@ -376,7 +393,7 @@ class WhisperStreamingRecognizer:
         if loop is not None:  # never commit (or draft) a loop: keep its first occurrence
             tokens = tokens[:loop]
             self.stats.loops_cut += 1
-        if is_silence(window, options) or not (tokens or prefix):
+        if is_silence(window, options) or self._is_silent_tail(window, prefix) or not (tokens or prefix):
             self._previous_tokens = []
             return None
         self._previous_tokens = tokens

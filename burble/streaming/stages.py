@@ -181,7 +181,9 @@ class VADStage:
             if end > self._fed:
                 self._forward(end, out)
                 self._paused = False
-            elif not self._paused:  # silence past the hangover: once per pause
+            # Silence past the hangover, once per pause, in the same step that forwards the
+            # hangover's last audio (a step later would delay every pause decode by a tick).
+            if self.vad.in_pause and not self._paused:
                 out.append(SpeechPause(end))
                 self._paused = True
 

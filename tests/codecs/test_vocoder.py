@@ -106,7 +106,8 @@ def test_exact_lag_is_the_generators_right_reach(vocoder, mel, whole):
     for frames in (30, 50):
         prefix = vocode(vocoder, mel[:, :frames])
         end = frames * HOP
-        assert (prefix[: end - lag] - whole[: end - lag]).abs().max() < 1e-6
+        # equal up to float32 rounding: oneDNN picks its conv blocking by length (2.2e-6 seen in CI)
+        assert (prefix[: end - lag] - whole[: end - lag]).abs().max() < 2e-5
         assert (prefix[end - lag:] - whole[end - lag: end]).abs().max() > 1e-3  # the lag is needed
 
 

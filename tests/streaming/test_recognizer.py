@@ -126,6 +126,32 @@ def test_a_pause_does_not_commit_a_doubtful_word_the_previous_decode_lacked(asr,
     assert "like your country" in eager.committed_text().lower(), eager.committed_text()
 
 
+def test_a_short_tail_that_whisper_calls_no_speech_commits_nothing(asr, monkeypatch):
+    """JFK (beam 5, a hotword): "... for your country." is committed at the pause (10.79 s), then
+    the VAD keeps 0.21 s more (speech may have resumed). Decoded alone, that tail reads "Thank
+    you." with a no-speech probability of 0.76 and a confident text (log-prob -0.58), which
+    Whisper's own rule lets through. A short tail after committed words is silence when its
+    no-speech probability is high; the negative control (no tail rule) commits "Thank you."."""
+    from burble.streaming import recognizer as recognizer_module
+
+    audio = load_audio("examples/jfk.wav")
+    pause_at = int(10.79 * 16000)
+    options = StreamingOptions(hotwords=("Fauntleroy",), beam_size=5)
+
+    def tail_text() -> str:
+        recognizer = RecognizerChoice().build(asr, options)
+        for i in range(0, pause_at, 16000):
+            recognizer.accept(audio[i : min(i + 16000, pause_at)], i)
+        at_pause = recognizer.pause(pause_at)
+        assert "country" in "".join(e.text for e in at_pause if e.type == "final")  # the premise
+        events = recognizer.accept(audio[pause_at:], pause_at) + recognizer.flush()
+        return "".join(e.text for e in events if e.type == "final")
+
+    assert tail_text().strip() == ""
+    monkeypatch.setattr(recognizer_module, "TAIL_SECONDS", 0.0)
+    assert "thank you" in tail_text().lower()
+
+
 # Where chunks fall moves a stream's WER by more than the recognizers differ (the default's
 # measured 4.8%, 5.2%, 5.6% at 1.0, 1.1, 0.9 s chunks), so the dev set is streamed at three sizes.
 DEV_SET_CHUNKS = (0.9, 1.0, 1.1)

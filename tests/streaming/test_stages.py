@@ -42,12 +42,28 @@ def test_a_pause_inside_an_utterance_is_signalled_once_and_long_before_the_endpo
     # The pause comes within a tick or two of the hangover's end, the endpoint only after
     # silence_after_speech_seconds (0.8 s): measured here, 0.4 s earlier on every utterance end.
     assert pause.at_sample == endpoint.at_sample  # the same end of speech
-    assert tick - pause.at_sample <= 0.25 * SR
+    # ... in the very tick that forwards the hangover's last audio (it once came a tick later).
+    last_audio_tick = max(t for t, item in items if isinstance(item, AudioChunk) and item.end == pause.at_sample)
+    assert tick == last_audio_tick
+    assert tick - pause.at_sample <= 0.1 * SR + 512
     assert endpoint_tick - tick >= 0.3 * SR, (endpoint_tick - tick) / SR
     assert options.silence_after_speech_seconds - options.hangover_seconds > 0.3  # the gain is real
     # Never two pauses in a row without speech between them.
     kinds = [type(item).__name__ for _, item in items if not isinstance(item, Endpoint)]
     assert "SpeechPause,SpeechPause" not in ",".join(kinds)
+
+
+def test_a_tick_shorter_than_a_vad_frame_is_no_pause(lj_speech):
+    """Ticks of 10 ms bring no new VAD frame two times out of three: speech has not stopped."""
+    speech = lj_speech[: 2 * SR]
+    stage = VADStage(StreamingVAD(model=SileroVAD()))
+    out = []
+    for start in range(0, len(speech), 160):
+        out += asyncio.run(stage.process([AudioChunk(speech[start : start + 160], start)]))
+    pauses = [item.at_sample for item in out if isinstance(item, SpeechPause)]
+    last_speech = stage.vad._last_speech_end
+    assert all(at >= last_speech + int(VADOptions().hangover_seconds * SR) or at < last_speech for at in pauses)
+    assert len(pauses) <= 3  # LJ's 2 s hold a breath or two, not one pause per frameless tick
 
 
 def test_recognizer_stage_decodes_pending_audio_at_a_pause():
