@@ -104,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
 
     import burble
     from burble.cpu_threads import worker_threads
+    from burble.heap import fix_mmap_threshold
+
+    fix_mmap_threshold()  # many streams' varying temporaries fragment the heap otherwise (burble/heap.py)
     from burble.streaming.server import AsrServer, WhisperRecognizerFactory
     from burble.streaming.server.recognizers import default_compute_slots
 

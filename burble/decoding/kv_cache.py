@@ -13,13 +13,21 @@ it is read.
 
 Cross-attention keys/values (computed once from the encoder output) live beside the self-attention
 cache in ``cross`` so that a model's state for one request is a single object.
+
+A cache allocated with ``initial_length`` starts that small and grows its storage on demand (in
+steps of ``GROWTH_STEP`` positions, at least by a quarter) up to ``max_length``: a long-lived
+stream (the streaming encoder's cache) then holds memory for the positions it uses, not for
+Whisper's whole 30 s.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
+
+GROWTH_STEP = 128  # positions: storage grows in multiples of this
 
 
 @dataclass
@@ -31,12 +39,14 @@ class KVCache:
       values: per layer ``(B, H, max_length, D)``.
       length: number of valid positions (the same for every batch row).
       cross: per layer ``(k, v)`` cross-attention tensors ``(B, H, S, D)``, or empty.
+      limit: positions the storage may grow to (``None``: the storage is allocated whole).
     """
 
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
     length: int = 0
     cross: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    limit: Optional[int] = None
 
     @classmethod
     def allocate(
@@ -49,13 +59,16 @@ class KVCache:
         max_length: int,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
+        initial_length: Optional[int] = None,
     ) -> "KVCache":
-        shape = (batch_size, num_heads, max_length, head_dim)
+        """Storage for ``max_length`` positions, or for ``initial_length`` growing on demand to it."""
+        grows = initial_length is not None and initial_length < max_length
+        shape = (batch_size, num_heads, initial_length if grows else max_length, head_dim)
         # Uninitialised: zero-filling ~1-5 MB per decode was measurable, and no position is read
         # before it is written (see the module docstring).
         keys = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         values = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        return cls(keys=keys, values=values)
+        return cls(keys=keys, values=values, limit=max_length if grows else None)
 
     @property
     def batch_size(self) -> int:
@@ -63,7 +76,27 @@ class KVCache:
 
     @property
     def max_length(self) -> int:
+        """Positions the cache can hold (its storage may be smaller and grow to it)."""
+        return self.limit if self.limit is not None else self.keys[0].shape[2]
+
+    @property
+    def capacity(self) -> int:
+        """Positions the storage holds now."""
         return self.keys[0].shape[2]
+
+    def reserve(self, positions: int) -> None:
+        """Make the storage hold at least ``positions`` (everything stored is kept)."""
+        if positions <= self.capacity:
+            return
+        if positions > self.max_length:
+            raise ValueError(f"KV cache overflow: {positions} positions > capacity {self.max_length}")
+        wanted = max(positions, self.capacity + self.capacity // 4)
+        grown = min(self.max_length, -(-wanted // GROWTH_STEP) * GROWTH_STEP)
+        for storages in (self.keys, self.values):
+            for i, old in enumerate(storages):
+                new = old.new_empty((*old.shape[:2], grown, old.shape[3]))
+                new[:, :, : old.shape[2]] = old  # slots past ``length`` too: a caller's scratch
+                storages[i] = new
 
     @property
     def num_layers(self) -> int:
@@ -75,8 +108,8 @@ class KVCache:
         Returns views of all valid keys and values ``[0, start+T)`` for attention.
         """
         end = start + k.shape[2]
-        if end > self.max_length:
-            raise ValueError(f"KV cache overflow: {end} positions > capacity {self.max_length}")
+        if end > self.capacity:
+            self.reserve(end)
         self.keys[layer][:, :, start:end] = k
         self.values[layer][:, :, start:end] = v
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]

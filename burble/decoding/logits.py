@@ -68,7 +68,11 @@ def warp(
     """
     if temperature <= 0:
         raise ValueError("warp() is for sampling; temperature must be > 0")
-    scaled = logits / temperature
+    # Shifted by the maximum first (softmax does not care) and with the temperature kept above the
+    # dtype's smallest normal number: a tiny temperature then tends to the argmax instead of giving
+    # NaN (1e-222 is 0 in float32, and logits / 0 holds inf - inf and 0 / 0).
+    temperature = max(temperature, float(torch.finfo(logits.dtype).tiny))
+    scaled = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
     if top_k and top_k < scaled.shape[-1]:
         kth = torch.topk(scaled, top_k, dim=-1).values[..., -1:]
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))

@@ -48,6 +48,7 @@ from burble.asr.streaming_frontend import StreamingLogMel, StreamingLogMelOption
 from burble.asr.whisper.model import Whisper
 from burble.asr.whisper.streaming_encoder import EncoderState, StreamingEncoder, StreamingEncoderOptions
 from burble.audio import SAMPLE_RATE
+from burble.decoding.kv_cache import KVCache
 from burble.streaming.events import StreamEvent
 from burble.streaming.recognizer import RecognizerStats, StreamingOptions, WhisperStreamingRecognizer
 
@@ -109,15 +110,19 @@ class CrossKeysValues:
     Args:
       model: the Whisper model whose decoder attends to the features.
       max_frames: the position budget (content + tail never exceed it).
+      initial_frames: positions allocated at first; the buffers grow on demand up to ``max_frames``.
     """
 
-    def __init__(self, model: Whisper, max_frames: int) -> None:
+    def __init__(self, model: Whisper, max_frames: int, initial_frames: int) -> None:
         self.blocks = [block.cross_attn for block in model.decoder.blocks]
         dims = model.dims
-        shape = (1, dims.n_text_head, max_frames, dims.n_text_state // dims.n_text_head)
         weight = model.decoder.token_embedding.weight
-        self.keys = [torch.empty(shape, dtype=weight.dtype, device=weight.device) for _ in self.blocks]
-        self.values = [torch.empty(shape, dtype=weight.dtype, device=weight.device) for _ in self.blocks]
+        # Storage grows with the window (a KVCache's growth), not allocated for all 1500 frames.
+        self.buffers = KVCache.allocate(
+            num_layers=len(self.blocks), batch_size=1, num_heads=dims.n_text_head,
+            head_dim=dims.n_text_state // dims.n_text_head, max_length=max_frames,
+            initial_length=min(max_frames, initial_frames), dtype=weight.dtype, device=weight.device,
+        )
         self._state: Optional[EncoderState] = None
         self._offset = 0
         self.length = 0  # final frames whose K/V are in the buffers
@@ -128,15 +133,12 @@ class CrossKeysValues:
         if state is not self._state or state.offset != self._offset or state.n_final < self.length:
             self._state, self._offset, self.length = state, state.offset, 0  # a trim or a new state
         final, total = state.n_final, features.shape[1]
-        if features.shape[0] != 1 or total > self.keys[0].shape[2]:
-            raise ValueError(f"features {tuple(features.shape)} do not fit one stream's {self.keys[0].shape[2]} positions")
+        if features.shape[0] != 1 or total > self.buffers.max_length:
+            raise ValueError(f"features {tuple(features.shape)} do not fit one stream's {self.buffers.max_length} positions")
         new = features[:, self.length :]  # frames that became final since the last call, and the tail
-        for block, keys, values in zip(self.blocks, self.keys, self.values):
-            k, v = block.project_kv(new)
-            keys[:, :, self.length : total] = k
-            values[:, :, self.length : total] = v
+        kv = [self.buffers.write(i, self.length, *block.project_kv(new)) for i, block in enumerate(self.blocks)]
         self.length = final
-        return [(k[:, :, :total], v[:, :, :total]) for k, v in zip(self.keys, self.values)]
+        return kv
 
 
 @dataclass
@@ -181,7 +183,7 @@ class CacheAwareWhisperRecognizer(WhisperStreamingRecognizer):
         self._max_window_samples = (self.encoder.capacity - 2 * options.chunk_frames - options.lookahead_frames) * SAMPLES_PER_FRAME
         self._frontend = StreamingLogMel(StreamingLogMelOptions(n_mels=asr.model.dims.n_mels))
         self._state = self.encoder.new_state()
-        self._cross = CrossKeysValues(asr.model, self.encoder.max_frames)
+        self._cross = CrossKeysValues(asr.model, self.encoder.max_frames, self.encoder.initial_frames)
 
     # -- Recognizer protocol -------------------------------------------------------------------
 

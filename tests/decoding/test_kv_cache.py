@@ -110,3 +110,33 @@ def test_reorder_copies_rows_of_the_filled_positions():
     for layer, (k, v) in enumerate(before):
         assert torch.equal(cache.keys[layer][:, :, :6], k[index])
         assert torch.equal(cache.values[layer][:, :, :6], v[index])
+
+
+def test_a_growing_cache_keeps_what_it_stored_and_stops_at_its_limit():
+    """Storage that starts small grows on demand (in GROWTH_STEP multiples) and keeps every
+    position, the scratch past ``length`` included; decoding through it gives the same outputs."""
+    from burble.decoding.kv_cache import GROWTH_STEP
+
+    cache = KVCache.allocate(num_layers=2, batch_size=1, num_heads=2, head_dim=4, max_length=1000, initial_length=10)
+    assert cache.capacity == 10 and cache.max_length == 1000
+    written = []
+    for start in range(0, 300, 30):
+        k, v = torch.randn(1, 2, 30, 4), torch.randn(1, 2, 30, 4)
+        written.append((k, v))
+        keys, values = cache.write(1, start, k, v)
+        assert keys.shape[2] == start + 30
+    assert cache.capacity % GROWTH_STEP == 0 and 300 <= cache.capacity < 1000
+    assert torch.equal(cache.keys[1][:, :, :300], torch.cat([k for k, _ in written], dim=2))
+    assert torch.equal(cache.values[1][:, :, :300], torch.cat([v for _, v in written], dim=2))
+    with pytest.raises(ValueError, match="overflow"):
+        cache.write(0, 990, torch.randn(1, 2, 20, 4), torch.randn(1, 2, 20, 4))
+    fixed = KVCache.allocate(num_layers=1, batch_size=1, num_heads=1, head_dim=4, max_length=50)
+    assert fixed.capacity == fixed.max_length == 50 and fixed.limit is None
+
+
+def test_decoding_through_a_growing_cache_gives_the_same_outputs(monkeypatch):
+    model = TinyAttentionDecoder()
+    clean = _outputs(model)
+    real_allocate = KVCache.allocate.__func__
+    monkeypatch.setattr(KVCache, "allocate", classmethod(lambda cls, **kw: real_allocate(cls, **kw, initial_length=1)))
+    assert _outputs(model) == clean

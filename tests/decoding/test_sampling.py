@@ -47,3 +47,14 @@ def test_one_token_per_row_in_range_and_seeded(shape):
     assert a.shape == shape[:-1] and a.dtype == torch.long
     assert torch.equal(a, b)
     assert bool(((a >= 0) & (a < shape[-1])).all())
+
+
+def test_a_tiny_temperature_tends_to_the_argmax_instead_of_nan():
+    """1e-222 is 0 in float32: dividing the logits by it gave NaN probabilities (and TTS with
+    such a temperature no audio). The warped distribution is now the argmax's one-hot."""
+    from burble.decoding.logits import warp
+
+    logits = torch.tensor([[1.0, 2.0, 0.5, float("-inf")]])
+    assert torch.isnan(torch.softmax(logits / 1e-222, dim=-1)).all()  # the premise
+    assert torch.equal(warp(logits, temperature=1e-222), torch.tensor([[0.0, 1.0, 0.0, 0.0]]))
+    assert torch.allclose(warp(logits, temperature=0.7), torch.softmax(logits / 0.7, dim=-1))

@@ -190,6 +190,11 @@ def _conv_frames(encoder: AudioEncoder, mel: torch.Tensor, n_mel: int, start: in
     return out.transpose(1, 2)
 
 
+def first_frames_needed(options: StreamingEncoderOptions) -> int:
+    """Positions a stream's first encoder call uses: its first chunk, the lookahead and the tail."""
+    return options.chunk_at(0) + options.lookahead_frames + options.tail_frames
+
+
 class StreamingEncoder:
     """Block-causal streaming over a loaded Whisper encoder's own modules (weights are shared).
 
@@ -220,6 +225,9 @@ class StreamingEncoder:
             raise ValueError("first_chunk_frames must be >= 1")
         # Frames a stream may receive before it must trim: the tail's positions are reserved.
         self.capacity = self.max_frames - o.tail_frames
+        # A state's K/V storage starts at the first call's needs (first chunk, lookahead, tail)
+        # and grows with the content: a stream holds the memory of its window, not of 30 s.
+        self.initial_frames = min(self.max_frames, first_frames_needed(o))
         # An automatic trim must free at least one chunk (see the module docstring's rule): at
         # overflow at least capacity - 2C - R frames are final.
         first = o.chunk_at(0)
@@ -245,6 +253,7 @@ class StreamingEncoder:
             max_length=self.max_frames,
             dtype=self.dtype,
             device=self.device,
+            initial_length=self.initial_frames,
         )
         mel = torch.zeros(batch_size, self.n_mels, 2 * self.capacity, dtype=self.dtype, device=self.device)
         content = torch.zeros(batch_size, self.max_frames, self.n_state, dtype=self.dtype, device=self.device)

@@ -161,6 +161,9 @@ class TtsSession:
         except TTSInputError as error:
             await self._bad_text(str(error))
             return
+        if first:  # no audio at all (a generation that ended at once): the reply keeps its shape
+            await self._send_or_drop(dumps({"type": "audio_start", "sample_rate": synthesizer.sample_rate,
+                                            "encoding": request.encoding, "channels": 1}))
         seconds = stage.samples / synthesizer.sample_rate
         self.metrics.audio_seconds += seconds
         await self._send_or_drop(dumps({"type": "audio_end", "samples": stage.samples, "seconds": round(seconds, 3),

@@ -45,6 +45,22 @@ def speak(ws, **message) -> tuple[dict, bytes, dict]:
         audio += frame
 
 
+def test_a_text_that_gives_no_audio_still_gets_audio_start_then_audio_end(fake_factory, voice, monkeypatch):
+    """A generation that ends at once (the fuzz test's tiny voice does, on some seeds) answers
+    ``audio_start``, no frames, ``audio_end`` with 0 samples: the reply's shape never changes."""
+    from burble.tts import pipeline
+
+    async def no_audio(self, text):
+        return
+        yield  # an async generator that yields nothing
+
+    monkeypatch.setattr(pipeline.TTSStage, "speak", no_audio)
+    with ServerThread(fake_factory, options_for_tests(), voice=voice) as server:
+        with connect(tts_url(server)) as ws:
+            start, audio, end = speak(ws, text="Hello.", seed=1)
+            assert audio == b"" and end["type"] == "audio_end" and end["samples"] == 0
+
+
 def test_text_in_audio_out_several_times_per_session(fake_factory, voice):
     with ServerThread(fake_factory, options_for_tests(), voice=voice) as server:
         with connect(tts_url(server)) as ws:
