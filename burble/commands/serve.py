@@ -105,10 +105,10 @@ def run(args: argparse.Namespace) -> int:
     import burble
     from burble.cpu_threads import worker_threads
     from burble.heap import fix_mmap_threshold
-
-    fix_mmap_threshold()  # many streams' varying temporaries fragment the heap otherwise (burble/heap.py)
     from burble.streaming.server import AsrServer, WhisperRecognizerFactory
     from burble.streaming.server.recognizers import default_compute_slots
+
+    fix_mmap_threshold()  # many streams' varying temporaries fragment the heap otherwise (burble/heap.py)
 
     # Each compute slot runs one decode at a time: the slots are the workers that share the cores.
     threads = worker_threads(options.compute_slots or default_compute_slots(), args.threads)

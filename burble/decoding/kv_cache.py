@@ -35,8 +35,8 @@ class KVCache:
     """Self-attention cache of a decoder (and its cross-attention keys/values, if any).
 
     Attributes:
-      keys: per layer ``(B, H, max_length, D)``.
-      values: per layer ``(B, H, max_length, D)``.
+      keys: per layer ``(B, H, capacity, D)`` (``capacity == max_length`` unless the cache grows).
+      values: per layer ``(B, H, capacity, D)``.
       length: number of valid positions (the same for every batch row).
       cross: per layer ``(k, v)`` cross-attention tensors ``(B, H, S, D)``, or empty.
       limit: positions the storage may grow to (``None``: the storage is allocated whole).
@@ -108,8 +108,7 @@ class KVCache:
         Returns views of all valid keys and values ``[0, start+T)`` for attention.
         """
         end = start + k.shape[2]
-        if end > self.capacity:
-            self.reserve(end)
+        self.reserve(end)
         self.keys[layer][:, :, start:end] = k
         self.values[layer][:, :, start:end] = v
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]

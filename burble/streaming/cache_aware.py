@@ -121,7 +121,7 @@ class CrossKeysValues:
         self.buffers = KVCache.allocate(
             num_layers=len(self.blocks), batch_size=1, num_heads=dims.n_text_head,
             head_dim=dims.n_text_state // dims.n_text_head, max_length=max_frames,
-            initial_length=min(max_frames, initial_frames), dtype=weight.dtype, device=weight.device,
+            initial_length=initial_frames, dtype=weight.dtype, device=weight.device,
         )
         self._state: Optional[EncoderState] = None
         self._offset = 0

@@ -147,12 +147,14 @@ class TtsSession:
             return
         stage = TTSStage(synthesizer, SynthesisOptions(temperature=request.temperature, seed=request.seed))
         started = time.monotonic()
+        # Sent before the first chunk (a bad text raises before any): an error replaces it.
+        audio_start = dumps({"type": "audio_start", "sample_rate": synthesizer.sample_rate,
+                             "encoding": request.encoding, "channels": 1})
         first = True
         try:
             async for chunk in stage.speak(request.text):
                 if first:
-                    await self._send_or_drop(dumps({"type": "audio_start", "sample_rate": synthesizer.sample_rate,
-                                                    "encoding": request.encoding, "channels": 1}))
+                    await self._send_or_drop(audio_start)
                     first = False
                 samples = chunk.samples
                 data = (np.clip(np.round(samples * 32767), -32768, 32767).astype("<i2") if request.encoding == "pcm_s16le"
@@ -162,8 +164,7 @@ class TtsSession:
             await self._bad_text(str(error))
             return
         if first:  # no audio at all (a generation that ended at once): the reply keeps its shape
-            await self._send_or_drop(dumps({"type": "audio_start", "sample_rate": synthesizer.sample_rate,
-                                            "encoding": request.encoding, "channels": 1}))
+            await self._send_or_drop(audio_start)
         seconds = stage.samples / synthesizer.sample_rate
         self.metrics.audio_seconds += seconds
         await self._send_or_drop(dumps({"type": "audio_end", "samples": stage.samples, "seconds": round(seconds, 3),
