@@ -104,11 +104,14 @@ def run(args: argparse.Namespace) -> int:
 
     import burble
     from burble.cpu_threads import worker_threads
-    from burble.heap import fix_mmap_threshold
+    from burble.heap import cap_primitive_cache, fix_mmap_threshold
     from burble.streaming.server import AsrServer, WhisperRecognizerFactory
     from burble.streaming.server.recognizers import default_compute_slots
 
-    fix_mmap_threshold()  # many streams' varying temporaries fragment the heap otherwise (burble/heap.py)
+    # Memory that stays flat (burble/heap.py): many streams' varying temporaries fragment the heap
+    # otherwise, and bfloat16 matmuls keep a weight copy per shape in oneDNN's primitive cache.
+    fix_mmap_threshold()
+    cap_primitive_cache()
 
     # Each compute slot runs one decode at a time: the slots are the workers that share the cores.
     threads = worker_threads(options.compute_slots or default_compute_slots(), args.threads)
@@ -120,8 +123,8 @@ def run(args: argparse.Namespace) -> int:
     factory = WhisperRecognizerFactory(asr, streaming, model_name=args.model, choice=choice)
 
     async def main() -> None:
-        # Each session's recognizer calls run in that session's own worker thread
-        # (RecognizerStage), so a session waiting for a compute slot delays no other session.
+        # Sessions' recognizer calls run on the compute engine's workers (streaming/engine.py),
+        # round-robin across sessions, so a session with a backlog delays no other session.
         server = AsrServer(factory, options)
         try:
             await server.start()

@@ -18,10 +18,15 @@ A cache allocated with ``initial_length`` starts that small and grows its storag
 steps of ``GROWTH_STEP`` positions, at least by a quarter) up to ``max_length``: a long-lived
 stream (the streaming encoder's cache) then holds memory for the positions it uses, not for
 Whisper's whole 30 s.
+
+:func:`thread_scratch` hands out per-thread caches for K/V that live only within one call (a
+streaming decode's padding tail): every stream that runs on a thread shares them, so a stream's own
+storage holds only what it keeps between calls.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -113,6 +118,14 @@ class KVCache:
         self.values[layer][:, :, start:end] = v
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
+    def load_prefix(self, source: "KVCache", length: int) -> None:
+        """Become a copy of ``source``'s first ``length`` positions (every layer); ``length`` is set."""
+        self.reserve(length)
+        for mine, theirs in ((self.keys, source.keys), (self.values, source.values)):
+            for target, stored in zip(mine, theirs):
+                target[:, :, :length] = stored[:, :, :length]
+        self.length = length
+
     def truncate(self, length: int) -> None:
         """Forget every position from ``length`` on (speculative rollback)."""
         if length < 0 or length > self.length:
@@ -151,3 +164,33 @@ class KVCache:
         # ``index_select(..., out=<strided view>)``.
         selected[:, :, : self.length] = storage[:, :, : self.length].index_select(0, index)
         return selected
+
+
+_scratch = threading.local()
+
+
+def thread_scratch(name: str, like: KVCache, positions: int) -> KVCache:
+    """This thread's scratch cache ``name``, shaped like ``like``, holding ``positions``, length 0.
+
+    For K/V that are computed, read and dropped within one call on one thread (a streaming
+    decode's padding tail and its cross-attention keys/values): a compute engine's few worker
+    threads each keep one, instead of every stream keeping its own between calls. What a caller
+    reads from it must not outlive its call: the next call on the thread overwrites it.
+
+    Args:
+      name: which scratch (two kinds alive in one call need two names).
+      like: the cache whose layers, rows, heads, head size, dtype, device and limit it copies.
+      positions: positions the storage must hold now (it grows, up to ``like.max_length``).
+    """
+    pool: dict[tuple, KVCache] = _scratch.__dict__.setdefault("caches", {})
+    k = like.keys[0]
+    key = (name, like.num_layers, *k.shape[:2], k.shape[3], k.dtype, k.device, like.max_length)
+    cache = pool.get(key)
+    if cache is None:
+        cache = pool[key] = KVCache.allocate(
+            num_layers=like.num_layers, batch_size=k.shape[0], num_heads=k.shape[1], head_dim=k.shape[3],
+            max_length=like.max_length, dtype=k.dtype, device=k.device, initial_length=min(positions, like.max_length),
+        )
+    cache.length = 0
+    cache.reserve(positions)
+    return cache

@@ -36,8 +36,9 @@ frames are in every decode's tail, fully attended) and little compute; over all 
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -48,7 +49,7 @@ from burble.asr.streaming_frontend import StreamingLogMel, StreamingLogMelOption
 from burble.asr.whisper.model import Whisper
 from burble.asr.whisper.streaming_encoder import EncoderState, StreamingEncoder, StreamingEncoderOptions
 from burble.audio import SAMPLE_RATE
-from burble.decoding.kv_cache import KVCache
+from burble.decoding.kv_cache import KVCache, thread_scratch
 from burble.streaming.events import StreamEvent
 from burble.streaming.recognizer import RecognizerStats, StreamingOptions, WhisperStreamingRecognizer
 
@@ -103,9 +104,11 @@ class CrossKeysValues:
 
     The features are the encoder state's final frames (never recomputed until a trim or a new
     state) followed by a padding tail that changes every decode. The final frames' K/V live in
-    per-layer buffers of the whole position budget and grow by the frames that became final since
-    the last decode; the tail's K/V are projected into the slots after them (scratch, like the
-    encoder cache's). Each decode then projects ``new final + tail`` frames, not the window.
+    per-layer buffers that grow with the window, extended by the frames that became final since
+    the last decode. A decode reads them from this thread's scratch cache
+    (:func:`~burble.decoding.kv_cache.thread_scratch`): a copy of the final frames' K/V, then the
+    tail's, so the stream keeps no tail between calls. Each decode projects ``new final + tail``
+    frames, not the window; the views it gets are valid until the next decode on the thread.
 
     Args:
       model: the Whisper model whose decoder attends to the features.
@@ -123,20 +126,29 @@ class CrossKeysValues:
             head_dim=dims.n_text_state // dims.n_text_head, max_length=max_frames,
             initial_length=initial_frames, dtype=weight.dtype, device=weight.device,
         )
-        self._state: Optional[EncoderState] = None
+        # Which state the buffers belong to, without keeping a replaced state (and its caches) alive.
+        self._state: Callable[[], Optional[EncoderState]] = lambda: None
         self._offset = 0
         self.length = 0  # final frames whose K/V are in the buffers
 
     @torch.inference_mode()
     def of(self, state: EncoderState, features: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """K/V of ``features`` (``state``'s final frames, then a tail), each ``(1, H, T, d)``."""
-        if state is not self._state or state.offset != self._offset or state.n_final < self.length:
-            self._state, self._offset, self.length = state, state.offset, 0  # a trim or a new state
+        if state is not self._state() or state.offset != self._offset or state.n_final < self.length:
+            self._state, self._offset, self.length = weakref.ref(state), state.offset, 0  # a trim or a new state
         final, total = state.n_final, features.shape[1]
         if features.shape[0] != 1 or total > self.buffers.max_length:
             raise ValueError(f"features {tuple(features.shape)} do not fit one stream's {self.buffers.max_length} positions")
         new = features[:, self.length :]  # frames that became final since the last call, and the tail
-        kv = [self.buffers.write(i, self.length, *block.project_kv(new)) for i, block in enumerate(self.blocks)]
+        became_final = final - self.length
+        scratch = thread_scratch("cross-attention-tail", self.buffers, total)
+        kv = []
+        for i, block in enumerate(self.blocks):
+            k, v = block.project_kv(new)
+            self.buffers.write(i, self.length, k[:, :, :became_final], v[:, :, :became_final])
+            scratch.keys[i][:, :, :final] = self.buffers.keys[i][:, :, :final]
+            scratch.values[i][:, :, :final] = self.buffers.values[i][:, :, :final]
+            kv.append(scratch.write(i, final, k[:, :, became_final:], v[:, :, became_final:]))
         self.length = final
         return kv
 
@@ -214,7 +226,9 @@ class CacheAwareWhisperRecognizer(WhisperStreamingRecognizer):
         """The utterance ended: commit everything, then start a fresh frontend and encoder state."""
         events = super().endpoint(at_sample)
         self._frontend.reset()
+        # Fresh, small storage: the last utterance's grown caches go back to the allocator.
         self._state = self.encoder.new_state()
+        self._cross = CrossKeysValues(self.asr.model, self.encoder.max_frames, self.encoder.initial_frames)
         return events
 
     # -- internals -----------------------------------------------------------------------------

@@ -164,6 +164,9 @@ class ComputeEngine:
                     task.future.set_result(task.fn(*task.args))
                 except BaseException as error:  # the caller gets it, the worker lives on
                     task.future.set_exception(error)
+            # An idle worker must not hold its last call: its arguments (a recognizer's bound
+            # method, a chunk) would keep a finished stream's state alive until the next call.
+            del task
             lane.busy_seconds += time.perf_counter() - started
             lane.calls += 1
             with self._lock:

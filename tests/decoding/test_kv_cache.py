@@ -140,3 +140,37 @@ def test_decoding_through_a_growing_cache_gives_the_same_outputs(monkeypatch):
     real_allocate = KVCache.allocate.__func__
     monkeypatch.setattr(KVCache, "allocate", classmethod(lambda cls, **kw: real_allocate(cls, **kw, initial_length=1)))
     assert _outputs(model) == clean
+
+
+def test_thread_scratch_is_one_cache_per_thread_and_name_shaped_like_its_model():
+    import threading
+
+    from burble.decoding.kv_cache import thread_scratch
+
+    like = KVCache.allocate(num_layers=2, batch_size=1, num_heads=2, head_dim=4, max_length=100, initial_length=8)
+    first = thread_scratch("test-a", like, 10)
+    assert first.length == 0 and first.capacity >= 10 and first.max_length == 100
+    assert (first.num_layers, first.batch_size, first.keys[0].shape[1], first.keys[0].shape[3]) == (2, 1, 2, 4)
+    first.length = 7
+    again = thread_scratch("test-a", like, 60)  # the same storage, grown, length back at 0
+    assert again is first and again.length == 0 and again.capacity >= 60
+    assert thread_scratch("test-b", like, 10) is not first  # two kinds alive in one call
+    other: list[KVCache] = []
+    thread = threading.Thread(target=lambda: other.append(thread_scratch("test-a", like, 10)))
+    thread.start()
+    thread.join()
+    assert other[0] is not first  # a second worker never writes into this thread's scratch
+    with pytest.raises(ValueError, match="overflow"):
+        thread_scratch("test-a", like, 101)
+
+
+def test_load_prefix_copies_the_filled_positions_of_every_layer():
+    source = KVCache.allocate(num_layers=2, batch_size=1, num_heads=2, head_dim=4, max_length=50)
+    for layer in range(2):
+        source.write(layer, 0, torch.randn(1, 2, 9, 4), torch.randn(1, 2, 9, 4))
+    target = KVCache.allocate(num_layers=2, batch_size=1, num_heads=2, head_dim=4, max_length=50, initial_length=2)
+    target.load_prefix(source, 6)
+    assert target.length == 6 and target.capacity >= 6
+    for layer in range(2):
+        assert torch.equal(target.keys[layer][:, :, :6], source.keys[layer][:, :, :6])
+        assert torch.equal(target.values[layer][:, :, :6], source.values[layer][:, :, :6])

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +12,7 @@ import torch
 import burble
 from burble.audio import SAMPLE_RATE
 from burble.audio.io import load_audio
+from burble.decoding.kv_cache import KVCache
 from burble.metrics.wer import corpus_wer
 from burble.streaming.cache_aware import SAMPLES_PER_FRAME, CacheAwareOptions, CacheAwareWhisperRecognizer
 from burble.streaming.events import StreamEvent
@@ -39,9 +43,9 @@ class CountingEncoder:
         encoder = recognizer.encoder
         inner = encoder._encode_span
 
-        def counted(state, start, end, cache_frames, return_layers):  # type: ignore[no-untyped-def]
+        def counted(state, start, end, cache_frames, return_layers, **kwargs):  # type: ignore[no-untyped-def]
             self.frames += end - start
-            return inner(state, start, end, cache_frames, return_layers)
+            return inner(state, start, end, cache_frames, return_layers, **kwargs)
 
         encoder._encode_span = counted  # type: ignore[method-assign]
 
@@ -222,3 +226,34 @@ def test_cross_attention_keys_values_extend_with_final_frames_and_restart_after_
         for block in decoder.blocks:
             del block.cross_attn.project_kv
     assert checked >= 10
+
+
+def test_a_stream_keeps_no_padding_tail_between_calls(asr, monkeypatch):
+    """A stream's own caches hold its final frames (and a step's lookahead), never the 512-frame
+    padding tail: the tail is computed in the worker thread's scratch and dropped (issue 14's
+    memory per stream). Before, both caches were asked for content + tail positions."""
+    asked: dict[int, int] = {}  # positions each cache was asked to hold since the last check
+    reserve = KVCache.reserve
+
+    def recording(cache: KVCache, positions: int) -> None:
+        asked[id(cache)] = max(asked.get(id(cache), 0), positions)
+        reserve(cache, positions)
+
+    monkeypatch.setattr(KVCache, "reserve", recording)
+    audio = load_audio("examples/jfk.wav")
+    recognizer = CacheAwareWhisperRecognizer(asr)
+    lookahead = recognizer.cache_options.lookahead_frames
+    states = []
+
+    def check(r: CacheAwareWhisperRecognizer) -> None:
+        state = r.encoder_state
+        states.append(weakref.ref(state))
+        assert asked.pop(id(state.cache), 0) <= state.n_final + lookahead
+        assert asked.pop(id(r._cross.buffers), 0) <= state.n_final
+        assert max(asked.values(), default=0) > state.n_final + 256  # the tail went somewhere: the scratch
+        asked.clear()
+
+    events = stream(recognizer, audio, check=check)
+    assert "ask not what your country can do for you" in committed(events).lower()
+    gc.collect()
+    assert len(states) >= 10 and states[0]() is None  # the flushed utterance's state is gone, caches and all

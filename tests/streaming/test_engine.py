@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -123,3 +124,23 @@ def test_calls_are_awaitable_from_the_event_loop():
 def test_an_engine_needs_a_worker():
     with pytest.raises(ValueError):
         ComputeEngine(0)
+
+
+def test_an_idle_worker_holds_nothing_of_its_last_call():
+    # A worker that kept its last call would keep that stream's recognizer (the call's bound
+    # method and arguments) alive until its next call: on the old code this fails.
+    class State:
+        def step(self, chunk: bytes) -> int:
+            return len(chunk)
+
+    engine = ComputeEngine(1, name="test-engine")
+    state = State()
+    alive = weakref.ref(state)
+    future = engine.lane().submit(state.step, b"chunk")
+    assert future.result(timeout=10) == 5
+    del state, future
+    deadline = time.monotonic() + 5
+    while alive() is not None and time.monotonic() < deadline:  # the worker is past set_result
+        time.sleep(0.01)
+    assert alive() is None
+    engine.close()

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 from burble.asr.frontend import TIME_PER_AUDIO_TOKEN
 from burble.asr.whisper.model import AudioEncoder, ResidualAttentionBlock, Whisper
-from burble.decoding.kv_cache import KVCache
+from burble.decoding.kv_cache import KVCache, thread_scratch
 from burble.kernels.attention import attention
 
 TailLength = Union[int, Literal["full"]]
@@ -99,7 +99,8 @@ class EncoderState:
         It is kept whole because a trim re-encodes from it, and steps read their conv context from it.
       n_mel: mel frames received since the last trim.
       cache: per-layer self-attention K/V of the final frames (``cache.length`` of them); slots past
-        the length hold lookahead or tail frames of the last call and are overwritten.
+        the length hold the last step's lookahead frames and are overwritten (a tail's K/V go to
+        a per-thread scratch).
       content: ``(B, max_frames, D)`` buffer of the final frames' encoder output (after ``ln_post``).
       offset: absolute encoder frame (since the stream began) of position 0.
       peak_position: the highest position ever encoded (tails included), for checks and metrics.
@@ -191,8 +192,9 @@ def _conv_frames(encoder: AudioEncoder, mel: torch.Tensor, n_mel: int, start: in
 
 
 def first_frames_needed(options: StreamingEncoderOptions) -> int:
-    """Positions a stream's first encoder call uses: its first chunk, the lookahead and the tail."""
-    return options.chunk_at(0) + options.lookahead_frames + options.tail_frames
+    """Positions a stream's own cache needs at first: its first chunk and the lookahead (the tail
+    is computed in a per-thread scratch, see :meth:`StreamingEncoder.padding_tail`)."""
+    return options.chunk_at(0) + options.lookahead_frames
 
 
 class StreamingEncoder:
@@ -225,8 +227,8 @@ class StreamingEncoder:
             raise ValueError("first_chunk_frames must be >= 1")
         # Frames a stream may receive before it must trim: the tail's positions are reserved.
         self.capacity = self.max_frames - o.tail_frames
-        # A state's K/V storage starts at the first call's needs (first chunk, lookahead, tail)
-        # and grows with the content: a stream holds the memory of its window, not of 30 s.
+        # A state's K/V storage starts at the first call's needs (first chunk and lookahead) and
+        # grows with the content: a stream holds the memory of its window, not of 30 s.
         self.initial_frames = min(self.max_frames, first_frames_needed(o))
         # An automatic trim must free at least one chunk (see the module docstring's rule): at
         # overflow at least capacity - 2C - R frames are final.
@@ -255,8 +257,10 @@ class StreamingEncoder:
             device=self.device,
             initial_length=self.initial_frames,
         )
-        mel = torch.zeros(batch_size, self.n_mels, 2 * self.capacity, dtype=self.dtype, device=self.device)
-        content = torch.zeros(batch_size, self.max_frames, self.n_state, dtype=self.dtype, device=self.device)
+        # Uninitialised: only ``[:n_mel]`` and ``[:n_final]`` are ever read, so the pages a stream
+        # never reaches are never touched (no resident memory for a 30 s window it does not fill).
+        mel = torch.empty(batch_size, self.n_mels, 2 * self.capacity, dtype=self.dtype, device=self.device)
+        content = torch.empty(batch_size, self.max_frames, self.n_state, dtype=self.dtype, device=self.device)
         return EncoderState(mel=mel, n_mel=0, cache=cache, content=content)
 
     # -- streaming -------------------------------------------------------------------------------
@@ -312,7 +316,12 @@ class StreamingEncoder:
         pad = self.options.tail_frames if n_frames is None else (self.max_frames - received if n_frames == "full" else n_frames)
         if pad < 0 or received + pad > self.max_frames:
             raise ValueError(f"{received} received + {pad} tail frames exceed {self.max_frames} positions")
-        return self._encode_span(state, state.n_final, received + pad, cache_frames=0, return_layers=return_layers)
+        # The tail's K/V live in this thread's scratch, after a copy of the content's: a stream's
+        # own cache holds only its final frames (and a chunk's lookahead) between calls, so an
+        # added stream costs its window's memory, not 512 more frames in each of its caches.
+        scratch = thread_scratch("streaming-encoder-tail", state.cache, received + pad)
+        scratch.load_prefix(state.cache, state.n_final)
+        return self._encode_span(state, state.n_final, received + pad, cache_frames=0, return_layers=return_layers, cache=scratch)
 
     def audio_features(self, state: EncoderState, tail_frames: Optional[TailLength] = None) -> torch.Tensor:
         """The decoder's audio features: cached content followed by :meth:`padding_tail`, ``(B, T, D)``."""
@@ -373,20 +382,23 @@ class StreamingEncoder:
             outputs.append(self._encode_span(state, start, start + chunk + lookahead, chunk, return_layers))
         return outputs
 
-    def _encode_span(self, state: EncoderState, start: int, end: int, cache_frames: int, return_layers: bool) -> EncoderOutput:
+    def _encode_span(
+        self, state: EncoderState, start: int, end: int, cache_frames: int, return_layers: bool, cache: Optional[KVCache] = None
+    ) -> EncoderOutput:
         """Run positions ``[start, end)`` against the cache; keep the first ``cache_frames`` as final.
 
         ``start`` must be ``state.n_final``. All frames of the span attend to the cache and to the
-        whole span (the chunk and its lookahead, or the tail), so no mask is needed.
+        whole span (the chunk and its lookahead, or the tail), so no mask is needed. ``cache`` is
+        where the span's K/V go (``None``: the state's own; the tail passes a scratch copy).
         """
         encoder = self.encoder
         state.peak_position = max(state.peak_position, end - 1)
         x = _conv_frames(encoder, state.mel, state.n_mel, start, end)
         x = x + encoder.positional_embedding[start:end].to(x.dtype)
         layers: list[torch.Tensor] = []
-        cache = state.cache
+        cache = state.cache if cache is None else cache
         for index, block in enumerate(encoder.blocks):
-            # Lookahead/tail K/V land past cache.length: scratch slots the next write overwrites.
+            # Lookahead K/V (a tail's, in its scratch copy) land past cache.length: slots the next write overwrites.
             x = _block(block, x, lambda k, v, i=index: cache.write(i, start, k, v))
             if return_layers:
                 layers.append(x[:, :cache_frames] if cache_frames else x)

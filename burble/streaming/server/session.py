@@ -113,11 +113,14 @@ class Session:
         self._sender_task: Optional[asyncio.Task] = None
         self._receiver_task: Optional[asyncio.Task] = None
         self._closer: Optional[asyncio.Future] = None
+        self._final_metrics: Optional[PipelineMetrics] = None  # kept when the pipeline is released
 
     # ------------------------------------------------------------------------------- metrics
     @property
     def metrics(self) -> PipelineMetrics:
-        return self.pipeline.metrics if self.pipeline is not None else PipelineMetrics()
+        if self.pipeline is not None:
+            return self.pipeline.metrics
+        return self._final_metrics or PipelineMetrics()
 
     def log(self, level: int, event: str, message: str, **fields: Any) -> None:
         logger.log(level, message, extra={"event": event, "session": self.id, **fields})
@@ -182,7 +185,11 @@ class Session:
             pipeline_options = dataclasses.replace(pipeline_options, chunk_seconds=config.chunk_seconds)
         # Building the VAD (an ONNX session) and the recognizer takes milliseconds of CPU: keep
         # it off the event loop, which is serving every other session meanwhile.
-        vad, recognizer = await asyncio.to_thread(self._build_stages, config)
+        stages = await asyncio.to_thread(self._build_stages, config)
+        # Emptied, not unpacked: asyncio's thread futures reference each other (a cycle that
+        # only the full garbage collection frees), and a result left in them would keep this
+        # session's recognizer alive long after the session ends.
+        vad, recognizer = stages.pop(0), stages.pop(0)
         self.pipeline = asr_pipeline(
             self.source, recognizer, [EventSink(self)], vad=vad, options=pipeline_options, lane=self.context.engine.lane()
         )
@@ -192,9 +199,10 @@ class Session:
             realtime=config.realtime, partials=config.partials,
         )  # fmt: skip
 
-    def _build_stages(self, config: SessionConfig) -> tuple[Optional[StreamingVAD], Recognizer]:
+    def _build_stages(self, config: SessionConfig) -> list[Any]:
+        """``[vad or None, recognizer]`` (a list, which :meth:`open` empties)."""
         vad = StreamingVAD(self.options.vad) if self.options.vad is not None else None
-        return vad, self.context.factory.create(config)
+        return [vad, self.context.factory.create(config)]
 
     def ready_message(self) -> Optional[dict[str, Any]]:
         """The ``ready`` message (``None``: the dialect sends none)."""
@@ -402,4 +410,20 @@ class Session:
                 dropped_seconds=round(m.dropped_seconds, 3), max_lag_seconds=round(m.max_lag_seconds, 3),
                 finals=m.events.get("final", 0), wall_seconds=round(time.monotonic() - self.opened_at, 3),
             )  # fmt: skip
+            self.release()
         self.context.unregister(self.id)
+
+    def release(self) -> None:
+        """Let go of the pipeline (recognizer state, VAD, buffers) once the session is over.
+
+        The session, its pipeline (whose sink calls back into the session) and its tasks form
+        reference cycles, which only Python's full garbage collection frees, and that runs
+        rarely in a server holding a loaded model's ~300k objects. Until then every finished
+        session kept its recognizer's caches: a 30-minute soak at four clients held ~9 finished
+        sessions, ~200 MiB (``tests/streaming/server/test_soak.py``). Dropping the session's
+        references here frees them by reference counting, at once.
+        """
+        if self.pipeline is not None:
+            self._final_metrics = self.pipeline.metrics
+        self.pipeline = None
+        self.source = None
