@@ -126,4 +126,8 @@ def _run(args: argparse.Namespace) -> int:
     wall = time.perf_counter() - started
     where = ", ".join(w for w in [args.output, "speaker" if args.play else None, "stdout" if args.raw else None] if w)
     print(f"spoke {seconds:.2f} s of audio in {wall:.2f} s (RTF {wall / max(seconds, 1e-9):.2f}) -> {where}", file=sys.stderr)
+    underruns = sum(sink.underruns for sink in sinks if isinstance(sink, SpeakerSink))
+    if underruns:
+        print(f"the speaker paused {underruns} time(s) to refill: synthesis was slower than real time "
+              "(a busy machine?)", file=sys.stderr)
     return 0

@@ -4,15 +4,15 @@ The mirror image of recognition's pipeline (``burble.streaming.loop``)::
 
     TextSource.read() -> TTSStage (Synthesizer.stream on a worker thread) -> AudioChunk -> sinks
                                                                                  |
-                     WavSink (file) / PcmSink (stdout) / SpeakerSink (RingBuffer -> PortAudio)
+                     WavSink (file) / PcmSink (stdout) / SpeakerSink (PlaybackBuffer -> PortAudio)
 
 Each piece of text is synthesized as it arrives, and its audio goes to every sink chunk by chunk
 while the codec LM is still generating, so a listener hears the first words after a few
 hundred milliseconds. Generation runs on a worker thread, so the loop stays free for I/O (the
 WebSocket ``/tts`` endpoint uses the same stage). The speaker sink plays from a
-:class:`~burble.streaming.ring_buffer.RingBuffer` (the one recognition captures into): the loop
-writes into it, the PortAudio callback reads from it, and the writer waits for room instead of
-overwriting audio not yet played.
+:class:`~burble.tts.playback.PlaybackBuffer` (a ring buffer with a prebuffer that grows after each
+underrun): the loop writes into it, the PortAudio callback reads from it, and the writer waits for
+room instead of overwriting audio not yet played.
 """
 
 from __future__ import annotations
@@ -112,36 +112,47 @@ class PcmSink:
 
 
 class SpeakerSink:
-    """The default output device through sounddevice/PortAudio, fed from a ring buffer."""
+    """The default output device through sounddevice/PortAudio, fed from a :class:`PlaybackBuffer`.
 
-    def __init__(self, sample_rate: int, *, device: Optional[int | str] = None, buffer_seconds: float = 4.0) -> None:
+    Playback starts once ``prebuffer_seconds`` of audio wait (or the text is done); when synthesis
+    falls behind the device, it pauses and refills rather than stuttering (``underruns`` counts it).
+    """
+
+    def __init__(self, sample_rate: int, *, device: Optional[int | str] = None, buffer_seconds: float = 4.0,
+                 prebuffer_seconds: float = 0.25) -> None:
         import sounddevice as sd
 
-        from burble.streaming.ring_buffer import RingBuffer
+        from burble.tts.playback import PlaybackBuffer
 
-        self.ring = RingBuffer.from_seconds(buffer_seconds, sample_rate=sample_rate, name="speaker buffer")
-        self._finished = False
+        self.sample_rate = sample_rate
+        self.buffer = PlaybackBuffer(int(buffer_seconds * sample_rate), prebuffer=int(prebuffer_seconds * sample_rate),
+                                     sample_rate=sample_rate)
 
         def callback(out: np.ndarray, frames: int, _time, _status) -> None:
-            _, audio = self.ring.consume(frames)
-            out[: audio.size, 0] = audio
-            out[audio.size:, 0] = 0.0
+            self.buffer.fill(out[:, 0])
 
         self._stream = sd.OutputStream(samplerate=sample_rate, channels=1, dtype="float32", device=device,
                                        callback=callback)
         self._stream.start()
 
+    @property
+    def underruns(self) -> int:
+        """Times playback ran dry before the end and paused to refill."""
+        return self.buffer.underruns
+
     async def write(self, chunk: AudioChunk) -> None:
         samples = chunk.samples
-        step = self.ring.capacity // 2
-        for i in range(0, samples.size, step):
-            piece = samples[i:i + step]
-            while self.ring.pending + piece.size > self.ring.capacity:
+        while samples.size:
+            room = self.buffer.room()
+            if room == 0:
                 await asyncio.sleep(0.02)
-            self.ring.write(piece)
+                continue
+            self.buffer.write(samples[:room])
+            samples = samples[room:]
 
     async def close(self) -> None:
-        while self.ring.pending:
+        self.buffer.finish()
+        while self.buffer.pending:
             await asyncio.sleep(0.02)
         await asyncio.sleep(0.1)  # the device's own buffer
         self._stream.stop()
