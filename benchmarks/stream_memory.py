@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             result = measure(streams, dtype)
             single = single or result
             added = (result["rss"] - single["rss"]) / (streams - 1) if streams > 1 else float("nan")
-            rows.append([dtype, f"{streams} streams", f"{result['audio']:.0f}", f"{result['rss']:.0f}",
+            rows.append([dtype, f"{streams} stream{'s' if streams != 1 else ''}", f"{result['audio']:.0f}", f"{result['rss']:.0f}",
                          "-" if streams == 1 else f"{added:.1f}", f"{result['tensors']:.1f}", f"{result['seconds']:.0f}"])  # fmt: skip
             print(rows[-1], flush=True)
         if most > 1:
