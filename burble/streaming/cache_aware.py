@@ -142,13 +142,11 @@ class CrossKeysValues:
         new = features[:, self.length :]  # frames that became final since the last call, and the tail
         became_final = final - self.length
         scratch = thread_scratch("cross-attention-tail", self.buffers, total)
-        kv = []
-        for i, block in enumerate(self.blocks):
-            k, v = block.project_kv(new)
+        projected = [block.project_kv(new) for block in self.blocks]
+        for i, (k, v) in enumerate(projected):
             self.buffers.write(i, self.length, k[:, :, :became_final], v[:, :, :became_final])
-            scratch.keys[i][:, :, :final] = self.buffers.keys[i][:, :, :final]
-            scratch.values[i][:, :, :final] = self.buffers.values[i][:, :, :final]
-            kv.append(scratch.write(i, final, k[:, :, became_final:], v[:, :, became_final:]))
+        scratch.load_prefix(self.buffers, final)
+        kv = [scratch.write(i, final, k[:, :, became_final:], v[:, :, became_final:]) for i, (k, v) in enumerate(projected)]
         self.length = final
         return kv
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+import subprocess
 import threading
 import time
 import urllib.error
@@ -144,3 +146,19 @@ class ServerThread:
 def options_for_tests(**overrides: Any) -> ServerOptions:
     """``ServerOptions`` on a free port, with the given fields replaced."""
     return dataclasses.replace(ServerOptions(port=0), **overrides)
+
+
+def wait_until_listening(process: "subprocess.Popen[str]", timeout: float) -> tuple[str, list[str]]:
+    """The WebSocket URL of a ``burble serve --log-format json`` subprocess, read from its stderr's
+    ``listening`` record, and the log lines up to it; an ``AssertionError`` with the logs if it
+    does not come in ``timeout`` s."""
+    logs: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()  # type: ignore[union-attr]
+        if not line:
+            break  # the server exited
+        logs.append(line)
+        if line.startswith("{") and json.loads(line).get("event") == "listening":
+            return json.loads(line)["url"], logs
+    raise AssertionError("burble serve did not start listening:\n" + "".join(logs))

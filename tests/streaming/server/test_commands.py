@@ -19,7 +19,7 @@ from websockets.sync.server import ServerConnection, serve
 
 from burble.streaming.events import StreamEvent
 from burble.testing.dev_audio import dev_item, require_shared
-from burble.testing.server import ServerThread, options_for_tests
+from burble.testing.server import ServerThread, options_for_tests, wait_until_listening
 from server_helpers import FakeFactory, open_session, pcm16, read_until_closed
 
 REPO = Path(__file__).resolve().parents[3]
@@ -133,15 +133,7 @@ def test_serve_sigterm_flushes_finals_and_exits(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
     )  # fmt: skip
     try:
-        url = None
-        logs = []
-        deadline = time.monotonic() + 180
-        while url is None and time.monotonic() < deadline:
-            line = process.stderr.readline()
-            logs.append(line)
-            if line.startswith("{") and json.loads(line).get("event") == "listening":
-                url = json.loads(line)["url"]
-        assert url, "".join(logs)
+        url, logs = wait_until_listening(process, timeout=180)
         ws, ready = open_session(url, {"realtime": False}, additional_headers={"Authorization": "Bearer t0k3n"})
         for i in range(0, int(3.0 * 16000), 1600):
             ws.send(pcm16(audio[i : i + 1600]))

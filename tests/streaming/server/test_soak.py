@@ -17,7 +17,6 @@ The RSS bound's ability to fail is the negative control in ``tests/streaming/tes
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -30,6 +29,7 @@ import pytest
 from burble.metrics.wer import corpus_wer
 from burble.streaming.client import ClientOptions, stream_audio
 from burble.testing import dev_audio_items, require_shared
+from burble.testing.server import wait_until_listening
 
 REPO = Path(__file__).resolve().parents[3]
 MINUTES = float(os.environ.get("BURBLE_SOAK_MINUTES", "30"))
@@ -101,13 +101,7 @@ def test_four_real_time_clients_for_half_an_hour_keep_the_servers_memory_flat():
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
     )  # fmt: skip
     try:
-        url, logs, deadline = None, [], time.monotonic() + 300
-        while url is None and time.monotonic() < deadline:
-            line = process.stderr.readline()
-            logs.append(line)
-            if line.startswith("{") and json.loads(line).get("event") == "listening":
-                url = json.loads(line)["url"]
-        assert url, "".join(logs)
+        url, _ = wait_until_listening(process, timeout=300)
         samples, sessions, errors = asyncio.run(soak(url, process.pid, items, MINUTES * 60))
     finally:
         process.terminate()
