@@ -274,6 +274,16 @@ class StreamingVAD:
         return max(self._utt_start, min(self._last_speech_end + self._hangover, self._processed))
 
     @property
+    def last_speech_index(self) -> Optional[int]:
+        """While in an utterance: one past its last speech frame."""
+        return None if self._utt_start is None else self._last_speech_end
+
+    @property
+    def last_speech_end_index(self) -> int:
+        """One past the last speech frame heard (of the utterance just ended, after an endpoint)."""
+        return self._last_speech_end
+
+    @property
     def in_pause(self) -> bool:
         """In an utterance whose speech stopped a hangover ago: :attr:`speech_end` will not move
         until speech resumes, so the audio up to it is all there is for now."""

@@ -42,6 +42,7 @@ from burble.streaming.stages import (
     RecognizerStage,
     SinkStage,
     SpeechPause,
+    SpeechStop,
     Stage,
     VADStage,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "Sink",
     "SinkStage",
     "SpeechPause",
+    "SpeechStop",
     "SrtSink",
     "Stage",
     "StreamEvent",

@@ -197,8 +197,8 @@ class CacheAwareWhisperRecognizer(WhisperStreamingRecognizer):
 
     # -- Recognizer protocol -------------------------------------------------------------------
 
-    def accept(self, audio: np.ndarray, start_sample: int) -> list[StreamEvent]:
-        """Add speech starting at absolute ``start_sample``, encode its new chunks, re-decode."""
+    def _append(self, audio: np.ndarray, start_sample: int) -> None:
+        """Add audio starting at absolute ``start_sample`` to the window and encode its new chunks."""
         audio = np.asarray(audio, dtype=np.float32)
         end = self._window_start + len(self._audio)
         if not len(self._audio) and not self._frontend.n_samples:
@@ -218,7 +218,6 @@ class CacheAwareWhisperRecognizer(WhisperStreamingRecognizer):
                 self._trim_to(self._window_start + overflow + SAMPLES_PER_FRAME)
             self._audio = np.concatenate([self._audio, piece])
             self._push(piece)
-        return self._decode_and_commit()
 
     def endpoint(self, at_sample: int) -> list[StreamEvent]:
         """The utterance ended: commit everything, then start a fresh frontend and encoder state."""

@@ -200,6 +200,20 @@ class WhisperStreamingRecognizer:
 
     def accept(self, audio: np.ndarray, start_sample: int) -> list[StreamEvent]:
         """Add speech starting at absolute ``start_sample`` and re-decode the window."""
+        self._append(audio, start_sample)
+        return self._decode_and_commit()
+
+    def hold(self, audio: np.ndarray, start_sample: int) -> list[StreamEvent]:
+        """Add audio after the last speech frame (the VAD's hangover) without decoding it.
+
+        The decode before it covered all the speech, so a pause can commit from that decode at
+        once; the audio stays in the window for the decodes after it, should speech resume.
+        """
+        self._append(audio, start_sample)
+        return []
+
+    def _append(self, audio: np.ndarray, start_sample: int) -> None:
+        """Add audio starting at absolute ``start_sample`` to the window."""
         audio = np.asarray(audio, dtype=np.float32)
         end = self._window_start + len(self._audio)
         if not len(self._audio):
@@ -213,7 +227,6 @@ class WhisperStreamingRecognizer:
         self.stats.audio_seconds += len(audio) / SAMPLE_RATE
         if len(self._audio) > 29 * SAMPLE_RATE:  # never exceed Whisper's 30 s: cut the oldest audio
             self._trim_to(self._window_start + len(self._audio) - 29 * SAMPLE_RATE)
-        return self._decode_and_commit()
 
     def endpoint(self, at_sample: int) -> list[StreamEvent]:
         """The utterance ended: commit everything and start a new one."""

@@ -5,7 +5,8 @@ Every stage has the same two coroutines (``Stage``): ``process(items) -> items``
 ``Endpoint`` (an utterance ended) or ``StreamEvent`` (a result); a stage consumes the kinds it
 understands and passes the others through in order.
 
-- ``VADStage``: audio -> speech-only audio + ``Endpoint``s (``StreamingVAD``).
+- ``VADStage``: audio -> speech-only audio + ``Endpoint``s (``StreamingVAD``), and inside an
+  utterance ``SpeechStop`` (no speech for a moment) and ``SpeechPause`` (past the hangover).
 - ``RecognizerStage``: speech audio + endpoints -> ``StreamEvent``s, calling a ``Recognizer``
   on a worker of the compute engine (``burble.streaming.engine``), through the stream's lane.
 - ``SinkStage``: events -> sinks.
@@ -43,6 +44,20 @@ class Endpoint:
 
     at_sample: int
     reason: str = "silence"
+    speech_until: Optional[int] = None  # one past the utterance's last speech frame, if known
+
+
+@dataclass(frozen=True)
+class SpeechStop:
+    """Inside an utterance, the VAD heard no speech after ``at_sample`` (its last speech frame's end)
+    for ``VADStage.stop_seconds``; its hangover still runs.
+
+    Speech may resume at once (a gap between words) or this may be the end of a phrase. A
+    recognizer that decodes at pauses decodes the pending audio now, while the hangover runs out,
+    so that the pause after it finds the end of speech already decoded.
+    """
+
+    at_sample: int
 
 
 @dataclass(frozen=True)
@@ -52,13 +67,22 @@ class SpeechPause:
     The utterance may go on (a pause between phrases) or end (the endpoint comes only after
     ``silence_after_speech_seconds``). Either way no audio follows for now, so the recognizer
     decodes what it has instead of waiting for a full chunk: the utterance's last words can be
-    committed (AlignAtt) within the hangover plus one decode of the end of speech.
+    committed (AlignAtt) within the hangover plus one decode of the end of speech, or within the
+    hangover alone when a decode at the :class:`SpeechStop` already covered ``speech_until``.
+
+    Attributes:
+      at_sample: where the utterance's audio ends for now (last speech frame plus hangover).
+      speech_until: one past the last speech frame (``None``: unknown, decode what is pending).
     """
 
     at_sample: int
+    speech_until: Optional[int] = None
 
 
-Item = Union[AudioChunk, Endpoint, SpeechPause, StreamEvent]
+Item = Union[AudioChunk, Endpoint, SpeechStop, SpeechPause, StreamEvent]
+
+# Silence after a speech frame before the VAD stage sends a SpeechStop (two 32 ms VAD frames).
+STOP_SECONDS = 0.064
 
 
 @runtime_checkable
@@ -95,10 +119,15 @@ class Recognizer(Protocol):
     def pause(self, at_sample: int) -> list[StreamEvent]:
         """Speech stopped at ``at_sample`` (past the VAD's hangover); the utterance may go on.
 
-        Called after all speech up to ``at_sample`` was given to ``accept``, when the stage
-        decodes at pauses. A recognizer may commit words the pause completes (or do nothing).
+        Called after all speech up to ``at_sample`` was given to ``accept`` (or, past the last
+        speech frame, to ``hold``), when the stage decodes at pauses. A recognizer may commit
+        words the pause completes (or do nothing).
         """
         ...
+
+    # Optional: ``hold(audio, start_sample) -> list[StreamEvent]`` adds audio that follows the
+    # last speech frame (the VAD's hangover) without decoding it, when a decode already covered
+    # all the speech before it. Recognizers without it get that audio through ``accept``.
 
     def flush(self) -> list[StreamEvent]:
         """End of stream: commit everything still pending."""
@@ -113,13 +142,19 @@ class VADStage:
     belongs to the utterance, contiguous within the utterance, and an ``Endpoint`` at its end.
     A jump in chunk indices (lost audio) closes the open utterance with reason ``gap``.
 
+    Inside an utterance it also says when speech stops: a ``SpeechStop`` once the VAD has heard
+    ``stop_seconds`` without speech, and a ``SpeechPause`` once that silence outlasts the hangover.
+
     Args:
       vad: the streaming VAD.
       piece_seconds: audio handled per VAD step (bounds the look-back history it needs).
+      stop_seconds: non-speech after a speech frame that makes a ``SpeechStop``.
     """
 
-    def __init__(self, vad: StreamingVAD, *, piece_seconds: float = 2.0) -> None:
+    def __init__(self, vad: StreamingVAD, *, piece_seconds: float = 2.0, stop_seconds: float = STOP_SECONDS) -> None:
         self.vad = vad
+        self._stop = int(round(stop_seconds * SAMPLE_RATE))
+        self._stopped_at: Optional[int] = None  # the last speech end a SpeechStop was sent for
         self._piece = int(piece_seconds * SAMPLE_RATE)
         history = piece_seconds + vad.options.lookback_seconds + 1.0
         self.history = RingBuffer.from_seconds(history, sample_rate=SAMPLE_RATE, name="VAD history")
@@ -171,20 +206,26 @@ class VADStage:
             if ev.kind == "start":
                 self._fed = ev.sample
                 self._paused = False
+                self._stopped_at = None
                 self.utterances += 1
             else:
                 self._forward(ev.sample, out)
-                out.append(Endpoint(ev.sample, ev.reason or "silence"))
+                out.append(Endpoint(ev.sample, ev.reason or "silence", speech_until=self.vad.last_speech_end_index))
         if self.vad.in_utterance:
             end = self.vad.speech_end
             assert end is not None
             if end > self._fed:
                 self._forward(end, out)
                 self._paused = False
+            last_speech = self.vad.last_speech_index
+            assert last_speech is not None
+            if last_speech != self._stopped_at and self.vad.processed_index - last_speech >= self._stop:
+                out.append(SpeechStop(last_speech))
+                self._stopped_at = last_speech
             # Silence past the hangover, once per pause, in the same step that forwards the
             # hangover's last audio (a step later would delay every pause decode by a tick).
             if self.vad.in_pause and not self._paused:
-                out.append(SpeechPause(end))
+                out.append(SpeechPause(end, speech_until=last_speech))
                 self._paused = True
 
     def _forward(self, end: int, out: list[Item]) -> None:
@@ -209,10 +250,13 @@ class RecognizerStage:
     Args:
       recognizer: the streaming recognizer.
       chunk_seconds: gather at least this much speech audio per ``accept`` call (endpoints,
-        speech pauses if ``decode_at_pauses``, and the end of the stream pass on whatever is pending).
-      decode_at_pauses: at a ``SpeechPause``, decode pending audio and call the recognizer's
-        ``pause`` (otherwise pauses are ignored). ``None``: the recognizer's ``decodes_at_pauses``
-        attribute decides (``False`` when it has none).
+        speech stops and pauses if ``decode_at_pauses``, and the end of the stream pass on
+        whatever is pending).
+      decode_at_pauses: at a ``SpeechStop``, decode pending audio; at a ``SpeechPause``, pass on
+        pending audio and call the recognizer's ``pause`` (otherwise both are ignored). Audio
+        after the speech a decode already covered goes to the recognizer's ``hold`` (if it has
+        one), not to a decode, before a pause or an endpoint. ``None``: the recognizer's
+        ``decodes_at_pauses`` attribute decides (``False`` when it has none).
       lane: the stream's lane of a shared engine (the server's); ``None``: a lane of the
         process's one-worker engine (``burble stream``, ``listen``).
 
@@ -238,6 +282,7 @@ class RecognizerStage:
             decode_at_pauses = bool(getattr(recognizer, "decodes_at_pauses", False))
         self.decode_at_pauses = decode_at_pauses
         self._pending: list[AudioChunk] = []
+        self._decoded_until = -1  # end of the audio the last accept call decoded
         self.calls = 0
         self.busy_seconds = 0.0
         self.audio_seconds = 0.0
@@ -256,13 +301,29 @@ class RecognizerStage:
         self.calls += 1
         return list(events)
 
-    async def _accept(self) -> list[Item]:
-        if not self._pending:
-            return []
+    def _take_pending(self) -> tuple[np.ndarray, int]:
         chunks, self._pending = self._pending, []
         audio = chunks[0].samples if len(chunks) == 1 else np.concatenate([c.samples for c in chunks])
         self.audio_seconds += len(audio) / SAMPLE_RATE
-        return await self._call(self.recognizer.accept, audio, chunks[0].start)
+        return audio, chunks[0].start
+
+    async def _accept(self) -> list[Item]:
+        if not self._pending:
+            return []
+        audio, start = self._take_pending()
+        self._decoded_until = start + len(audio)
+        return await self._call(self.recognizer.accept, audio, start)
+
+    async def _pass_on(self, speech_until: Optional[int]) -> list[Item]:
+        """Hand over the pending audio before a pause or an endpoint: decoded, unless the last
+        decode covered all speech up to ``speech_until`` and the recognizer can ``hold`` the
+        rest (the hangover's silence), so the pause or endpoint has no decode to wait for."""
+        hold = getattr(self.recognizer, "hold", None)
+        if (not self.decode_at_pauses or hold is None or speech_until is None or self._decoded_until < speech_until
+                or not self._pending):
+            return await self._accept()
+        audio, start = self._take_pending()
+        return await self._call(hold, audio, start)
 
     async def process(self, items: list[Item]) -> list[Item]:
         out: list[Item] = []
@@ -274,11 +335,14 @@ class RecognizerStage:
                     out += await self._accept()  # not contiguous: never glue separate audio
                 self._pending.append(item)
             elif isinstance(item, Endpoint):
-                out += await self._accept()
+                out += await self._pass_on(item.speech_until)
                 out += await self._call(self.recognizer.endpoint, item.at_sample)
+            elif isinstance(item, SpeechStop):
+                if self.decode_at_pauses:
+                    out += await self._accept()  # the end of a phrase, maybe: have it decoded by the pause
             elif isinstance(item, SpeechPause):
                 if self.decode_at_pauses:
-                    out += await self._accept()  # nothing more is coming for now: decode what there is
+                    out += await self._pass_on(item.speech_until)  # nothing more is coming for now
                     out += await self._call(self.recognizer.pause, item.at_sample)
             else:
                 out.append(item)

@@ -175,6 +175,21 @@ def test_a_short_gap_inside_an_utterance_keeps_the_time_axis(asr):
     assert recognizer.stats.audio_seconds == pytest.approx(2.0)
 
 
+def test_held_audio_joins_the_window_and_the_encoder_without_a_decode(asr):
+    """The hangover after a decoded speech stop (RecognizerStage's hold): no decode now, and the
+    audio is there, encoded, for the decodes after it."""
+    audio = load_audio("examples/jfk.wav")
+    recognizer = CacheAwareWhisperRecognizer(asr)
+    recognizer.accept(audio[: 3 * SAMPLE_RATE], 0)
+    decodes, frames = recognizer.stats.decodes, recognizer.encoder_state.n_received
+    assert recognizer.hold(audio[3 * SAMPLE_RATE : 4 * SAMPLE_RATE], 3 * SAMPLE_RATE) == []
+    assert recognizer.stats.decodes == decodes
+    assert len(recognizer._audio) == 4 * SAMPLE_RATE
+    assert recognizer.encoder_state.n_received > frames  # encoded as it came, like accepted audio
+    recognizer.accept(audio[4 * SAMPLE_RATE : 5 * SAMPLE_RATE], 4 * SAMPLE_RATE)
+    assert recognizer.stats.decodes == decodes + 1 and len(recognizer._audio) == 5 * SAMPLE_RATE
+
+
 def test_options_are_validated():
     with pytest.raises(ValueError):
         CacheAwareOptions(chunk_frames=0)

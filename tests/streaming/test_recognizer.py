@@ -98,6 +98,16 @@ def test_alignatt_commits_the_words_before_a_speech_pause(asr, encoder):
     assert text.count("americans") == 1 and "ask not what your country can do for you" in text.replace(",", "").replace("!", "").replace(".", "")
 
 
+def test_held_audio_joins_the_window_without_a_decode(asr):
+    audio = load_audio("examples/jfk.wav")
+    recognizer = WhisperStreamingRecognizer(asr, StreamingOptions(policy="alignatt"))
+    recognizer.accept(audio[: 2 * 16000], 0)
+    decodes = recognizer.stats.decodes
+    assert recognizer.hold(audio[2 * 16000 : 3 * 16000], 2 * 16000) == []
+    assert recognizer.stats.decodes == decodes and len(recognizer._audio) == 3 * 16000
+    assert np.array_equal(recognizer._audio, audio[: 3 * 16000])  # the real audio, not a gap's zeros
+
+
 def test_local_agreement_waits_for_its_second_vote_at_a_pause(asr):
     audio = load_audio("examples/jfk.wav")
     recognizer = RecognizerChoice(encoder="cache-aware").build(asr, StreamingOptions(policy="local-agreement"))

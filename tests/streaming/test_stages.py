@@ -10,7 +10,7 @@ import pytest
 from burble.audio import SAMPLE_RATE as SR
 from burble.audio.vad import SileroVAD, StreamingVAD, VADOptions
 from burble.streaming.sources import AudioChunk
-from burble.streaming.stages import Endpoint, RecognizerStage, SpeechPause, VADStage
+from burble.streaming.stages import Endpoint, RecognizerStage, SpeechPause, SpeechStop, VADStage
 from streaming_helpers import FakeRecognizer
 
 
@@ -20,9 +20,9 @@ def ticks(audio: np.ndarray, seconds: float = 0.1):
         yield AudioChunk(audio[start : start + step], start)
 
 
-def vad_items(audio: np.ndarray) -> list[tuple[int, object]]:
+def vad_items(audio: np.ndarray, **stage_options: float) -> list[tuple[int, object]]:
     """(tick end sample, item) for everything VADStage emits over 0.1 s ticks."""
-    stage = VADStage(StreamingVAD(model=SileroVAD()))
+    stage = VADStage(StreamingVAD(model=SileroVAD()), **stage_options)
     out = []
     for chunk in ticks(audio):
         out += [(chunk.end, item) for item in asyncio.run(stage.process([chunk]))]
@@ -102,4 +102,75 @@ def test_pauses_are_ignored_unless_asked_for():
     stage = RecognizerStage(recognizer, chunk_seconds=1.0)
     asyncio.run(stage.process([AudioChunk(np.ones(int(0.4 * SR), np.float32) * 0.1, 0), SpeechPause(int(0.4 * SR))]))
     assert recognizer.calls == []  # the default waits for a full chunk or the endpoint
+    stage.close()
+
+
+def test_speech_stops_before_the_pause_that_follows_it(lj_speech):
+    speech = lj_speech[: 4 * SR]
+    audio = np.concatenate([np.zeros(SR // 2, np.float32), speech, np.zeros(2 * SR, np.float32)])
+    items = vad_items(audio)
+    stops = [(tick, item) for tick, item in items if isinstance(item, SpeechStop)]
+    pauses = [(tick, item) for tick, item in items if isinstance(item, SpeechPause)]
+    assert stops and pauses
+    # Every pause has the stop of the same last speech frame before it, a hangover earlier.
+    for pause_tick, pause in pauses:
+        stop_tick, stop = max((s for s in stops if s[1].at_sample == pause.speech_until), key=lambda s: s[0])
+        assert stop_tick < pause_tick
+        assert pause.at_sample - stop.at_sample == int(VADOptions().hangover_seconds * SR)
+    # One stop per speech end, sent after the audio up to it.
+    assert len({s.at_sample for _, s in stops}) == len(stops)
+    for tick, stop in stops:
+        forwarded = max(item.end for t, item in items if isinstance(item, AudioChunk) and t <= tick)
+        assert forwarded >= stop.at_sample
+    # The endpoint knows where speech ended too.
+    endpoint = next(item for _, item in items if isinstance(item, Endpoint))
+    assert endpoint.speech_until == pauses[-1][1].speech_until
+    # Negative control: a stop that needs more silence than the utterance's pauses has fewer.
+    assert len([i for _, i in vad_items(audio, stop_seconds=0.5) if isinstance(i, SpeechStop)]) < len(stops)
+
+
+class HoldingRecognizer(FakeRecognizer):
+    """A fake that can take the hangover's audio without decoding it."""
+
+    def hold(self, audio: np.ndarray, start_sample: int) -> list:
+        self.calls.append(("hold", start_sample, len(audio)))
+        self._expected = start_sample + len(audio)
+        return []
+
+
+@pytest.mark.parametrize("resumed", [False, True])
+def test_a_decode_at_the_stop_spares_the_pause_its_decode(resumed: bool):
+    recognizer = HoldingRecognizer()
+    stage = RecognizerStage(recognizer, chunk_seconds=1.0, decode_at_pauses=True)
+    speech, hangover = int(0.4 * SR), int(0.2 * SR)
+    asyncio.run(stage.process([AudioChunk(np.ones(speech, np.float32), 0), SpeechStop(speech)]))
+    assert [c[0] for c in recognizer.calls] == ["accept"]  # decoded at once, not after a full chunk
+    # The hangover's audio follows; then the pause. If speech resumed in between (control), the
+    # decode at the stop did not cover it: the pause decodes.
+    speech_until = speech + (hangover // 2 if resumed else 0)
+    asyncio.run(stage.process([AudioChunk(np.ones(hangover, np.float32), speech),
+                               SpeechPause(speech_until + hangover, speech_until=speech_until)]))
+    expected = ["accept", "accept", "pause"] if resumed else ["accept", "hold", "pause"]
+    assert [c[0] for c in recognizer.calls] == expected
+    stage.close()
+
+
+def test_an_endpoint_after_a_decoded_stop_holds_the_rest():
+    recognizer = HoldingRecognizer()
+    stage = RecognizerStage(recognizer, chunk_seconds=1.0, decode_at_pauses=True)
+    speech = int(0.4 * SR)
+    asyncio.run(stage.process([AudioChunk(np.ones(speech, np.float32), 0), SpeechStop(speech),
+                               AudioChunk(np.ones(800, np.float32), speech), Endpoint(speech + 800, speech_until=speech)]))
+    assert [c[0] for c in recognizer.calls] == ["accept", "hold", "endpoint"]
+    # Without the speech's end (an upstream endpoint) the rest is decoded.
+    asyncio.run(stage.process([AudioChunk(np.ones(speech, np.float32), SR), Endpoint(SR + speech)]))
+    assert [c[0] for c in recognizer.calls][3:] == ["accept", "endpoint"]
+    stage.close()
+
+
+def test_stops_are_ignored_unless_the_stage_decodes_at_pauses():
+    recognizer = HoldingRecognizer()
+    stage = RecognizerStage(recognizer, chunk_seconds=1.0, decode_at_pauses=False)
+    asyncio.run(stage.process([AudioChunk(np.ones(int(0.4 * SR), np.float32), 0), SpeechStop(int(0.4 * SR))]))
+    assert recognizer.calls == []
     stage.close()
