@@ -44,3 +44,11 @@ def torch_dtype(value: Union[str, "torch.dtype", None]) -> "torch.dtype":
 def dtype_name(dtype: "torch.dtype") -> str:
     """``torch.float16`` -> ``"float16"``."""
     return str(dtype).removeprefix("torch.")
+
+
+def native_bfloat16(device: "torch.device") -> bool:
+    """Whether bfloat16 matmuls run natively (fast) on ``device``: a CPU whose oneDNN has
+    AVX512-BF16 or AMX; on other CPUs bfloat16 is emulated and several times slower than float32."""
+    import torch
+
+    return device.type == "cpu" and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())

@@ -119,7 +119,8 @@ class KVCache:
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
     def load_prefix(self, source: "KVCache", length: int) -> None:
-        """Become a copy of ``source``'s first ``length`` positions (every layer); ``length`` is set."""
+        """Become a copy of ``source``'s first ``length`` positions (every layer, in this cache's
+        dtype); ``length`` is set."""
         self.reserve(length)
         for mine, theirs in ((self.keys, source.keys), (self.values, source.values)):
             for target, stored in zip(mine, theirs):
@@ -169,7 +170,7 @@ class KVCache:
 _scratch = threading.local()
 
 
-def thread_scratch(name: str, like: KVCache, positions: int) -> KVCache:
+def thread_scratch(name: str, like: KVCache, positions: int, dtype: Optional[torch.dtype] = None) -> KVCache:
     """This thread's scratch cache ``name``, shaped like ``like``, holding ``positions``, length 0.
 
     For K/V that are computed, read and dropped within one call on one thread (a streaming
@@ -181,15 +182,17 @@ def thread_scratch(name: str, like: KVCache, positions: int) -> KVCache:
       name: which scratch (two kinds alive in one call need two names).
       like: the cache whose layers, rows, heads, head size, dtype, device and limit it copies.
       positions: positions the storage must hold now (it grows, up to ``like.max_length``).
+      dtype: the scratch's dtype (``None``: ``like``'s).
     """
     pool: dict[tuple, KVCache] = _scratch.__dict__.setdefault("caches", {})
     k = like.keys[0]
-    key = (name, like.num_layers, *k.shape[:2], k.shape[3], k.dtype, k.device, like.max_length)
+    dtype = k.dtype if dtype is None else dtype
+    key = (name, like.num_layers, *k.shape[:2], k.shape[3], dtype, k.device, like.max_length)
     cache = pool.get(key)
     if cache is None:
         cache = pool[key] = KVCache.allocate(
             num_layers=like.num_layers, batch_size=k.shape[0], num_heads=k.shape[1], head_dim=k.shape[3],
-            max_length=like.max_length, dtype=k.dtype, device=k.device, initial_length=min(positions, like.max_length),
+            max_length=like.max_length, dtype=dtype, device=k.device, initial_length=min(positions, like.max_length),
         )
     cache.length = 0
     cache.reserve(positions)

@@ -71,6 +71,11 @@ class CacheAwareOptions:
       first_chunk_frames: the first chunk of each utterance and after each trim (150 = 3 s;
         :class:`~burble.asr.whisper.streaming_encoder.StreamingEncoderOptions` says why). Over the
         20 short dev clips with AlignAtt, committed WER 0.038 with 50, 0.032 with 100, 0.029 with 150.
+      tail_precision: the padding tail's precision (``StreamingEncoderOptions.tail_precision``):
+        ``"auto"`` encodes it in bfloat16 on CPUs with native bfloat16, which made a decode
+        ~30% cheaper (encoder ms per call 132 -> 87-94; over the 20 short clips and the long
+        files committed WER 3.5 / 3.4 / 4.5% against 3.5 / 3.9 / 3.5% in float32); ``None``
+        keeps the model's dtype.
       streaming: the decode and commit options shared with the re-encoding recognizer.
     """
 
@@ -78,6 +83,7 @@ class CacheAwareOptions:
     lookahead_frames: int = 50
     tail_frames: int = 512
     first_chunk_frames: int = 150
+    tail_precision: Optional[str] = "auto"
     streaming: StreamingOptions = StreamingOptions()
 
     def __post_init__(self) -> None:
@@ -88,7 +94,7 @@ class CacheAwareOptions:
         """The streaming encoder's options (its automatic trim is a backstop the recognizer never reaches)."""
         return StreamingEncoderOptions(
             chunk_frames=self.chunk_frames, lookahead_frames=self.lookahead_frames, tail_frames=self.tail_frames,
-            trim_keep_frames=0, first_chunk_frames=self.first_chunk_frames,
+            trim_keep_frames=0, first_chunk_frames=self.first_chunk_frames, tail_precision=self.tail_precision,
         )
 
     def encoded_frames(self, n_final: int) -> int:

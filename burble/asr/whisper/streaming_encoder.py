@@ -40,13 +40,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Literal, Optional, Union
 
+import copy
+import threading
+import weakref
+
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from burble.asr.frontend import TIME_PER_AUDIO_TOKEN
 from burble.asr.whisper.model import AudioEncoder, ResidualAttentionBlock, Whisper
 from burble.decoding.kv_cache import KVCache, thread_scratch
 from burble.kernels.attention import attention
+from burble.precision import native_bfloat16, torch_dtype
 
 TailLength = Union[int, Literal["full"]]
 
@@ -68,6 +74,11 @@ class StreamingEncoderOptions:
         C = 1 s, R = 0.5 s tiny.en heard JFK's "Ask not" as "S-not" and "What your country" as
         "Like your country"; a 3 s first chunk got both right. The frames stay pending (in the
         tail, encoded every decode) until the first chunk is final, so this costs no latency.
+      tail_precision: the dtype the padding tail is encoded in: ``None`` is the model's (exact),
+        ``"auto"`` is bfloat16 for a float32 model on a CPU with native bfloat16 (the model's
+        dtype elsewhere), or a precision name (``"bfloat16"``). The tail is half of a decode's
+        cost and only tells the decoder where the audio ends; bfloat16 linears run ~2.4x faster
+        on such CPUs (see :func:`tail_dtype`).
     """
 
     chunk_frames: int = 50
@@ -76,6 +87,7 @@ class StreamingEncoderOptions:
     max_frames: Optional[int] = None
     trim_keep_frames: int = 500
     first_chunk_frames: Optional[int] = None
+    tail_precision: Optional[str] = None
 
     def chunk_at(self, n_final: int) -> int:
         """Frames of the chunk that starts after ``n_final`` final frames."""
@@ -156,6 +168,35 @@ def conv_ready_frames(n_mel: int) -> int:
 
 def _encoder_of(model: Union[Whisper, AudioEncoder]) -> AudioEncoder:
     return model.encoder if isinstance(model, Whisper) else model
+
+
+def tail_dtype(precision: Optional[str], model_dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The dtype a padding tail is encoded in (see ``StreamingEncoderOptions.tail_precision``).
+
+    ``"auto"`` picks bfloat16 only where it is fast: a float32 model on a CPU whose oneDNN has
+    native bfloat16 (AVX512-BF16 or AMX). Without it bfloat16 is emulated and many times slower.
+    """
+    if precision is None:
+        return model_dtype
+    if precision == "auto":
+        return torch.bfloat16 if model_dtype == torch.float32 and native_bfloat16(device) else model_dtype
+    return torch_dtype(precision)
+
+
+# The encoder blocks in a tail dtype, one copy per encoder module (every stream of a model shares it).
+_tail_blocks: "weakref.WeakKeyDictionary[AudioEncoder, dict[torch.dtype, nn.ModuleList]]" = weakref.WeakKeyDictionary()
+_tail_blocks_lock = threading.Lock()
+
+
+def blocks_in(encoder: AudioEncoder, dtype: torch.dtype) -> nn.ModuleList:
+    """``encoder.blocks`` in ``dtype``: the blocks themselves, or a copy made once and shared."""
+    if encoder.conv1.weight.dtype == dtype:
+        return encoder.blocks
+    with _tail_blocks_lock:
+        copies = _tail_blocks.setdefault(encoder, {})
+        if dtype not in copies:
+            copies[dtype] = copy.deepcopy(encoder.blocks).to(dtype).eval()
+        return copies[dtype]
 
 
 def _block(
@@ -240,6 +281,7 @@ class StreamingEncoder:
             )
         weight = self.encoder.conv1.weight
         self.dtype, self.device = weight.dtype, weight.device
+        self.tail_dtype = tail_dtype(o.tail_precision, self.dtype, self.device)
         self.n_mels = weight.shape[1]
         block = self.encoder.blocks[0]
         self.n_state = self.encoder.positional_embedding.shape[1]
@@ -319,9 +361,10 @@ class StreamingEncoder:
         # The tail's K/V live in this thread's scratch, after a copy of the content's: a stream's
         # own cache holds only its final frames (and a chunk's lookahead) between calls, so an
         # added stream costs its window's memory, not 512 more frames in each of its caches.
-        scratch = thread_scratch("streaming-encoder-tail", state.cache, received + pad)
+        scratch = thread_scratch("streaming-encoder-tail", state.cache, received + pad, dtype=self.tail_dtype)
         scratch.load_prefix(state.cache, state.n_final)
-        return self._encode_span(state, state.n_final, received + pad, cache_frames=0, return_layers=return_layers, cache=scratch)
+        return self._encode_span(state, state.n_final, received + pad, cache_frames=0, return_layers=return_layers, cache=scratch,
+                                 dtype=self.tail_dtype)
 
     def audio_features(self, state: EncoderState, tail_frames: Optional[TailLength] = None) -> torch.Tensor:
         """The decoder's audio features: cached content followed by :meth:`padding_tail`, ``(B, T, D)``."""
@@ -383,13 +426,16 @@ class StreamingEncoder:
         return outputs
 
     def _encode_span(
-        self, state: EncoderState, start: int, end: int, cache_frames: int, return_layers: bool, cache: Optional[KVCache] = None
+        self, state: EncoderState, start: int, end: int, cache_frames: int, return_layers: bool, cache: Optional[KVCache] = None,
+        dtype: Optional[torch.dtype] = None,
     ) -> EncoderOutput:
         """Run positions ``[start, end)`` against the cache; keep the first ``cache_frames`` as final.
 
         ``start`` must be ``state.n_final``. All frames of the span attend to the cache and to the
         whole span (the chunk and its lookahead, or the tail), so no mask is needed. ``cache`` is
         where the span's K/V go (``None``: the state's own; the tail passes a scratch copy).
+        ``dtype`` runs the blocks in another precision (the tail's; ``cache`` must hold it); the
+        states come back in the model's.
         """
         encoder = self.encoder
         state.peak_position = max(state.peak_position, end - 1)
@@ -397,12 +443,14 @@ class StreamingEncoder:
         x = x + encoder.positional_embedding[start:end].to(x.dtype)
         layers: list[torch.Tensor] = []
         cache = state.cache if cache is None else cache
-        for index, block in enumerate(encoder.blocks):
+        blocks = encoder.blocks if dtype is None else blocks_in(encoder, dtype)
+        x = x.to(blocks[0].attn.query.weight.dtype)
+        for index, block in enumerate(blocks):
             # Lookahead K/V (a tail's, in its scratch copy) land past cache.length: slots the next write overwrites.
             x = _block(block, x, lambda k, v, i=index: cache.write(i, start, k, v))
             if return_layers:
                 layers.append(x[:, :cache_frames] if cache_frames else x)
-        out = encoder.ln_post(x)
+        out = encoder.ln_post(x.to(self.dtype))
         if cache_frames:
             out = out[:, :cache_frames]
             state.content[:, start : start + cache_frames] = out

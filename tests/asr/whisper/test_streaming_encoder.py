@@ -18,8 +18,10 @@ from burble.asr.whisper.streaming_encoder import (
     EncoderState,
     StreamingEncoder,
     StreamingEncoderOptions,
+    blocks_in,
     conv_ready_frames,
     encode_block_causal,
+    tail_dtype,
 )
 from burble.testing.dev_audio import dev_audio_items, require_shared
 
@@ -137,6 +139,38 @@ def test_content_plus_tail_equals_masked_full(model, real_mel, chunk, lookahead,
     # Nothing of the tail was cached: streaming on still matches.
     more = encoder.step(state, real_mel[:, 777:900], return_layers=True)
     _assert_layers(more, encode_block_causal(model, real_mel[:, :900], chunk, lookahead, return_layers=True), more.start, "after tail")
+
+
+def test_a_bfloat16_tail_stays_close_to_the_float32_one(model, real_mel):
+    exact = StreamingEncoder(model, StreamingEncoderOptions(chunk_frames=50))
+    low = StreamingEncoder(model, StreamingEncoderOptions(chunk_frames=50, tail_precision="bfloat16"))
+    assert low.tail_dtype == torch.bfloat16 and exact.tail_dtype == torch.float32
+    state, _ = _stream(exact, real_mel[:, :777])
+    reference = exact.padding_tail(state, 256).states
+    tail = low.padding_tail(state, 256).states
+    assert tail.dtype == torch.float32 and tail.shape == reference.shape
+    cosine = F.cosine_similarity(tail, reference, dim=-1)
+    print(f"bfloat16 tail: cosine to float32 min {float(cosine.min()):.4f} mean {float(cosine.mean()):.4f}")
+    assert float(cosine.min()) > 0.995
+    assert not torch.equal(tail, reference)  # control: the bfloat16 blocks did run
+    # The stream's own content and cache are untouched: streaming on matches the exact encoder.
+    more = exact.step(state, real_mel[:, 777:900], return_layers=True)
+    _assert_layers(more, encode_block_causal(model, real_mel[:, :900], 50, 0, return_layers=True), more.start, "after a bf16 tail")
+    # Every stream of a model shares one bfloat16 copy of the blocks; the model's dtype needs none.
+    assert blocks_in(model.encoder, torch.bfloat16) is blocks_in(model.encoder, torch.bfloat16)
+    assert blocks_in(model.encoder, torch.float32) is model.encoder.blocks
+
+
+def test_auto_tail_precision_is_bfloat16_only_where_it_is_native(monkeypatch):
+    import burble.asr.whisper.streaming_encoder as streaming_encoder
+
+    cpu = torch.device("cpu")
+    for native, expected in ((True, torch.bfloat16), (False, torch.float32)):
+        monkeypatch.setattr(streaming_encoder, "native_bfloat16", lambda device, native=native: native)
+        assert tail_dtype("auto", torch.float32, cpu) == expected
+        assert tail_dtype("auto", torch.float16, cpu) == torch.float16  # only a float32 model changes
+        assert tail_dtype(None, torch.float32, cpu) == torch.float32
+    assert tail_dtype("bf16", torch.float32, cpu) == torch.bfloat16
 
 
 def test_trim_equals_fresh_stream_from_the_cut(model, real_mel):
