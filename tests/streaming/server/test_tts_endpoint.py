@@ -150,6 +150,38 @@ def test_without_a_voice_speak_is_refused_clearly(fake_factory):
             assert error["code"] == "bad_text" and "not available" in error["message"]
 
 
+def test_finished_tts_sessions_free_their_generators_without_the_garbage_collector(fake_factory, voice):
+    """As ``test_session_memory`` for ``/ws``: thread futures and tasks form reference cycles, and
+    a generation's codec-LM session (its KV cache) must not wait in one for a rare full collection."""
+    import gc
+    import time
+
+    from burble.tts.model import CodecLMSession
+
+    def alive() -> int:
+        return sum(type(o) is CodecLMSession for o in gc.get_objects())
+
+    gc.collect()
+    gc.disable()
+    try:
+        with ServerThread(fake_factory, options_for_tests(), voice=voice) as server:
+            for seed in range(3):
+                with connect(tts_url(server)) as ws:
+                    _, audio, end = speak(ws, text="Hello there.", seed=seed)
+                    assert end["samples"] * 2 == len(audio)
+            deadline = time.monotonic() + 10  # the sessions' ends run on the server's loop
+            while alive() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert alive() == 0
+            # Control: a live session is seen by the count.
+            model = voice().model
+            session = CodecLMSession(model, [1, 2])
+            assert alive() == 1
+            del session
+    finally:
+        gc.enable()
+
+
 FIELD_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.floats(allow_nan=False),
                          st.text(max_size=12), st.sampled_from(["pcm_s16le", "f32le", "speak", "stop"]))
 SPEAK = st.fixed_dictionaries({"type": st.just("speak"), "text": st.one_of(st.text(max_size=40), FIELD_VALUES)},
