@@ -274,11 +274,6 @@ class StreamingVAD:
         return max(self._utt_start, min(self._last_speech_end + self._hangover, self._processed))
 
     @property
-    def last_speech_index(self) -> Optional[int]:
-        """While in an utterance: one past its last speech frame."""
-        return None if self._utt_start is None else self._last_speech_end
-
-    @property
     def last_speech_end_index(self) -> int:
         """One past the last speech frame heard (of the utterance just ended, after an endpoint)."""
         return self._last_speech_end

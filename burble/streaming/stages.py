@@ -217,8 +217,7 @@ class VADStage:
             if end > self._fed:
                 self._forward(end, out)
                 self._paused = False
-            last_speech = self.vad.last_speech_index
-            assert last_speech is not None
+            last_speech = self.vad.last_speech_end_index
             if last_speech != self._stopped_at and self.vad.processed_index - last_speech >= self._stop:
                 out.append(SpeechStop(last_speech))
                 self._stopped_at = last_speech
