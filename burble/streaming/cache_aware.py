@@ -72,10 +72,10 @@ class CacheAwareOptions:
         :class:`~burble.asr.whisper.streaming_encoder.StreamingEncoderOptions` says why). Over the
         20 short dev clips with AlignAtt, committed WER 0.038 with 50, 0.032 with 100, 0.029 with 150.
       tail_precision: the padding tail's precision (``StreamingEncoderOptions.tail_precision``):
-        ``"auto"`` encodes it in bfloat16 on CPUs with native bfloat16, which made a decode
-        ~30% cheaper (encoder ms per call 132 -> 87-94; over the 20 short clips and the long
-        files committed WER 3.5 / 3.4 / 4.5% against 3.5 / 3.9 / 3.5% in float32); ``None``
-        keeps the model's dtype.
+        ``"auto"`` encodes it in bfloat16 on CPUs with native bfloat16: encoder ms per decode
+        132 -> 81 in ``benchmarks/streaming.py``, and over 9 float32 / 7 bfloat16 streams of
+        the 80 s dev file a mean committed WER of 4.3% / 4.6% (BENCHMARKS.md, 2026-12-04);
+        ``None`` keeps the model's dtype.
       streaming: the decode and commit options shared with the re-encoding recognizer.
     """
 

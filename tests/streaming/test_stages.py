@@ -29,12 +29,19 @@ def vad_items(audio: np.ndarray, **stage_options: float) -> list[tuple[int, obje
     return out + [(len(audio), item) for item in asyncio.run(stage.flush())]
 
 
+def one_utterance(lj_speech: np.ndarray) -> np.ndarray:
+    """0.5 s of silence, 4 s of LJ speech (a breath or two inside), 2 s of silence."""
+    return np.concatenate([np.zeros(SR // 2, np.float32), lj_speech[: 4 * SR], np.zeros(2 * SR, np.float32)])
+
+
+def of_kind(items: list[tuple[int, object]], kind: type) -> list[tuple[int, object]]:
+    return [(tick, item) for tick, item in items if isinstance(item, kind)]
+
+
 def test_a_pause_inside_an_utterance_is_signalled_once_and_long_before_the_endpoint(lj_speech):
-    speech = lj_speech[: 4 * SR]
-    audio = np.concatenate([np.zeros(SR // 2, np.float32), speech, np.zeros(2 * SR, np.float32)])
-    items = vad_items(audio)
-    pauses = [(tick, item) for tick, item in items if isinstance(item, SpeechPause)]
-    endpoints = [(tick, item) for tick, item in items if isinstance(item, Endpoint)]
+    items = vad_items(one_utterance(lj_speech))
+    pauses = of_kind(items, SpeechPause)
+    endpoints = of_kind(items, Endpoint)
     assert len(endpoints) == 1 and len(pauses) >= 1
     tick, pause = pauses[-1]
     endpoint_tick, endpoint = endpoints[0]
@@ -106,11 +113,10 @@ def test_pauses_are_ignored_unless_asked_for():
 
 
 def test_speech_stops_before_the_pause_that_follows_it(lj_speech):
-    speech = lj_speech[: 4 * SR]
-    audio = np.concatenate([np.zeros(SR // 2, np.float32), speech, np.zeros(2 * SR, np.float32)])
+    audio = one_utterance(lj_speech)
     items = vad_items(audio)
-    stops = [(tick, item) for tick, item in items if isinstance(item, SpeechStop)]
-    pauses = [(tick, item) for tick, item in items if isinstance(item, SpeechPause)]
+    stops = of_kind(items, SpeechStop)
+    pauses = of_kind(items, SpeechPause)
     assert stops and pauses
     # Every pause has the stop of the same last speech frame before it, a hangover earlier.
     for pause_tick, pause in pauses:
@@ -126,7 +132,7 @@ def test_speech_stops_before_the_pause_that_follows_it(lj_speech):
     endpoint = next(item for _, item in items if isinstance(item, Endpoint))
     assert endpoint.speech_until == pauses[-1][1].speech_until
     # Negative control: a stop that needs more silence than the utterance's pauses has fewer.
-    assert len([i for _, i in vad_items(audio, stop_seconds=0.5) if isinstance(i, SpeechStop)]) < len(stops)
+    assert len(of_kind(vad_items(audio, stop_seconds=0.5), SpeechStop)) < len(stops)
 
 
 class HoldingRecognizer(FakeRecognizer):

@@ -443,9 +443,9 @@ class StreamingEncoder:
         x = x + encoder.positional_embedding[start:end].to(x.dtype)
         layers: list[torch.Tensor] = []
         cache = state.cache if cache is None else cache
-        blocks = encoder.blocks if dtype is None else blocks_in(encoder, dtype)
-        x = x.to(blocks[0].attn.query.weight.dtype)
-        for index, block in enumerate(blocks):
+        dtype = self.dtype if dtype is None else dtype
+        x = x.to(dtype)
+        for index, block in enumerate(blocks_in(encoder, dtype)):
             # Lookahead K/V (a tail's, in its scratch copy) land past cache.length: slots the next write overwrites.
             x = _block(block, x, lambda k, v, i=index: cache.write(i, start, k, v))
             if return_layers:
