@@ -15,10 +15,15 @@ encoder state instead (issue 13, first opt-in version):
   cached. Streaming needs a longer tail than issue 13's whole-clip decodes (256 frames were
   enough there): re-decoding 1-3 s windows, a 256-frame tail looped on several dev clips
   (committed WER 0.105 over the 20 short clips) where 512 frames (10.24 s) gave 0.029 and 768
-  gave 0.045 (offline greedy: 0.045; the re-encoding recognizer: 0.061).
+  gave 0.045 (offline greedy: 0.045; the re-encoding recognizer: 0.061). Only the first 256
+  padding frames are encoded per decode (``near_tail_frames``); the other 256 are the shared
+  encoding of padding alone (:func:`~burble.asr.whisper.streaming_encoder.padding_states`): a
+  256-frame tail loops because the decoder misses the far padding, not because it needs it
+  encoded against this stream's audio (measured below).
 * **Cross-attention K/V.** The decoder's keys and values of the final frames are projected once
   per layer (:class:`CrossKeysValues`) and extended by each chunk's new frames; a decode
-  projects only its tail. They restart with the encoder state (a trim or an endpoint).
+  projects only its tail's own frames (those of the shared padding are projected once per
+  model). They restart with the encoder state (a trim or an endpoint).
 * **Everything else is the re-encoding recognizer's**: the decode (``asr.decode_window`` with the
   previous hypothesis as the lossless speculative draft), LocalAgreement commits, word timing by
   DTW over the alignment heads, the trim rule (sentence ends, or a forced trim past
@@ -35,6 +40,7 @@ frames are in every decode's tail, fully attended) and little compute; over all 
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from dataclasses import dataclass
@@ -42,12 +48,13 @@ from typing import Callable, Optional
 
 import numpy as np
 import torch
+from torch import nn
 
 from burble.asr.frontend import HOP_LENGTH
 from burble.asr.pipeline import WhisperASR
 from burble.asr.streaming_frontend import StreamingLogMel, StreamingLogMelOptions
 from burble.asr.whisper.model import Whisper
-from burble.asr.whisper.streaming_encoder import EncoderState, StreamingEncoder, StreamingEncoderOptions
+from burble.asr.whisper.streaming_encoder import EncoderState, StreamingEncoder, StreamingEncoderOptions, padding_states
 from burble.audio import SAMPLE_RATE
 from burble.decoding.kv_cache import KVCache, thread_scratch
 from burble.streaming.events import StreamEvent
@@ -76,6 +83,12 @@ class CacheAwareOptions:
         132 -> 81 in ``benchmarks/streaming.py``, and over 9 float32 / 7 bfloat16 streams of
         the 80 s dev file a mean committed WER of 4.3% / 4.6% (BENCHMARKS.md, 2026-12-04);
         ``None`` keeps the model's dtype.
+      near_tail_frames: of the tail, the padding frames encoded against the stream every decode;
+        the rest are shared (``StreamingEncoderOptions.near_tail_frames``). Committed WER over the
+        20 short clips / the 80 s file / the 20 clips joined, AlignAtt, 1 s chunks
+        (2026-12-04, one run each): all 512 encoded 3.2 / 3.9 / 4.8%, tail 91 ms per decode;
+        256 3.8 / 2.4 / 4.8%, 46 ms; 192 4.1 / 5.9 / 6.1%; 128 3.8 / 6.8 / 4.8%, 32 ms. Without
+        the shared part, a 256-frame tail gave 9.6% on the short clips.
       streaming: the decode and commit options shared with the re-encoding recognizer.
     """
 
@@ -84,17 +97,21 @@ class CacheAwareOptions:
     tail_frames: int = 512
     first_chunk_frames: int = 150
     tail_precision: Optional[str] = "auto"
+    near_tail_frames: Optional[int] = 256
     streaming: StreamingOptions = StreamingOptions()
 
     def __post_init__(self) -> None:
         if self.chunk_frames < 1 or self.lookahead_frames < 0 or self.tail_frames < 1 or self.first_chunk_frames < 1:
             raise ValueError("chunk_frames, first_chunk_frames and tail_frames must be >= 1, lookahead_frames >= 0")
+        if self.near_tail_frames is not None and self.near_tail_frames < 0:
+            raise ValueError("near_tail_frames must be >= 0")
 
     def encoder_options(self) -> StreamingEncoderOptions:
         """The streaming encoder's options (its automatic trim is a backstop the recognizer never reaches)."""
         return StreamingEncoderOptions(
             chunk_frames=self.chunk_frames, lookahead_frames=self.lookahead_frames, tail_frames=self.tail_frames,
             trim_keep_frames=0, first_chunk_frames=self.first_chunk_frames, tail_precision=self.tail_precision,
+            near_tail_frames=self.near_tail_frames,
         )
 
     def encoded_frames(self, n_final: int) -> int:
@@ -103,6 +120,27 @@ class CacheAwareOptions:
             return 0
         steps = 1 + max(0, n_final - self.first_chunk_frames) // self.chunk_frames
         return n_final + steps * self.lookahead_frames
+
+
+# Decoder cross-attention K/V of a model's shared padding states: per decoder, per padding tensor
+# (by id; the entry holds the tensor, so the id stays its own).
+_padding_keys_values: "weakref.WeakKeyDictionary[nn.Module, dict[int, tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]]]" = (
+    weakref.WeakKeyDictionary()
+)
+_padding_lock = threading.Lock()
+
+
+def padding_keys_values(model: Whisper, padding: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Every decoder layer's cross-attention K/V ``(1, H, T, d)`` of ``padding`` (the shared
+    :func:`~burble.asr.whisper.streaming_encoder.padding_states`), projected once and shared."""
+    with _padding_lock:
+        entry = _padding_keys_values.setdefault(model.decoder, {}).get(id(padding))
+    if entry is None:
+        with torch.inference_mode():
+            entry = (padding, model.decoder.cross_kv(padding))
+        with _padding_lock:
+            entry = _padding_keys_values[model.decoder].setdefault(id(padding), entry)
+    return entry[1]
 
 
 class CrossKeysValues:
@@ -114,15 +152,18 @@ class CrossKeysValues:
     the last decode. A decode reads them from this thread's scratch cache
     (:func:`~burble.decoding.kv_cache.thread_scratch`): a copy of the final frames' K/V, then the
     tail's, so the stream keeps no tail between calls. Each decode projects ``new final + tail``
-    frames, not the window; the views it gets are valid until the next decode on the thread.
+    frames, not the window, and of the tail only its own frames: the K/V of its shared padding
+    frames come from :func:`padding_keys_values`. The views a decode gets are valid until the
+    next decode on the thread.
 
     Args:
       model: the Whisper model whose decoder attends to the features.
       max_frames: the position budget (content + tail never exceed it).
       initial_frames: positions allocated at first; the buffers grow on demand up to ``max_frames``.
+      padding: the shared padding states a tail's last frames may come from (``None``: none).
     """
 
-    def __init__(self, model: Whisper, max_frames: int, initial_frames: int) -> None:
+    def __init__(self, model: Whisper, max_frames: int, initial_frames: int, padding: Optional[torch.Tensor] = None) -> None:
         self.blocks = [block.cross_attn for block in model.decoder.blocks]
         dims = model.dims
         weight = model.decoder.token_embedding.weight
@@ -132,20 +173,27 @@ class CrossKeysValues:
             head_dim=dims.n_text_state // dims.n_text_head, max_length=max_frames,
             initial_length=initial_frames, dtype=weight.dtype, device=weight.device,
         )
+        self._padding = None if padding is None else padding_keys_values(model, padding)
         # Which state the buffers belong to, without keeping a replaced state (and its caches) alive.
         self._state: Callable[[], Optional[EncoderState]] = lambda: None
         self._offset = 0
         self.length = 0  # final frames whose K/V are in the buffers
 
     @torch.inference_mode()
-    def of(self, state: EncoderState, features: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """K/V of ``features`` (``state``'s final frames, then a tail), each ``(1, H, T, d)``."""
+    def of(self, state: EncoderState, features: torch.Tensor, shared_frames: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """K/V of ``features`` (``state``'s final frames, then a tail), each ``(1, H, T, d)``.
+
+        The last ``shared_frames`` features must be the shared padding states at their positions.
+        """
         if state is not self._state() or state.offset != self._offset or state.n_final < self.length:
             self._state, self._offset, self.length = weakref.ref(state), state.offset, 0  # a trim or a new state
         final, total = state.n_final, features.shape[1]
-        if features.shape[0] != 1 or total > self.buffers.max_length:
+        own = total - shared_frames  # features projected here
+        if features.shape[0] != 1 or total > self.buffers.max_length or not final <= own <= total:
             raise ValueError(f"features {tuple(features.shape)} do not fit one stream's {self.buffers.max_length} positions")
-        new = features[:, self.length :]  # frames that became final since the last call, and the tail
+        if shared_frames and self._padding is None:
+            raise ValueError("shared padding frames need the padding states (CrossKeysValues(padding=...))")
+        new = features[:, self.length : own]  # frames that became final since the last call, and the tail's own
         became_final = final - self.length
         scratch = thread_scratch("cross-attention-tail", self.buffers, total)
         projected = [block.project_kv(new) for block in self.blocks]
@@ -153,6 +201,8 @@ class CrossKeysValues:
             self.buffers.write(i, self.length, k[:, :, :became_final], v[:, :, :became_final])
         scratch.load_prefix(self.buffers, final)
         kv = [scratch.write(i, final, k[:, :, became_final:], v[:, :, became_final:]) for i, (k, v) in enumerate(projected)]
+        if shared_frames:
+            kv = [scratch.write(i, own, k[:, :, own:total], v[:, :, own:total]) for i, (k, v) in enumerate(self._padding)]  # type: ignore[arg-type]
         self.length = final
         return kv
 
@@ -163,7 +213,8 @@ class CacheAwareStats(RecognizerStats):
 
     Attributes:
       encoder_frames: encoder frames computed by steps (each chunk's ``C + R``).
-      tail_frames: encoder frames computed for padding tails (pending received frames + padding).
+      tail_frames: encoder frames computed for padding tails (pending received frames + the padding
+        encoded per decode; the shared padding is not counted).
       trim_frames: encoder frames re-encoded by trims (the frames that stayed, with lookahead).
       encoder_seconds: time in the frontend and encoder steps.
       tail_seconds: time computing padding tails.
@@ -199,7 +250,8 @@ class CacheAwareWhisperRecognizer(WhisperStreamingRecognizer):
         self._max_window_samples = (self.encoder.capacity - 2 * options.chunk_frames - options.lookahead_frames) * SAMPLES_PER_FRAME
         self._frontend = StreamingLogMel(StreamingLogMelOptions(n_mels=asr.model.dims.n_mels))
         self._state = self.encoder.new_state()
-        self._cross = CrossKeysValues(asr.model, self.encoder.max_frames, self.encoder.initial_frames)
+        self._cross = self._new_cross()
+        self._shared_frames = 0  # the last tail's shared padding frames
 
     # -- Recognizer protocol -------------------------------------------------------------------
 
@@ -231,10 +283,15 @@ class CacheAwareWhisperRecognizer(WhisperStreamingRecognizer):
         self._frontend.reset()
         # Fresh, small storage: the last utterance's grown caches go back to the allocator.
         self._state = self.encoder.new_state()
-        self._cross = CrossKeysValues(self.asr.model, self.encoder.max_frames, self.encoder.initial_frames)
+        self._cross = self._new_cross()
         return events
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _new_cross(self) -> CrossKeysValues:
+        shares = self.encoder.options.near_tail_frames is not None
+        padding = padding_states(self.encoder) if shares else None
+        return CrossKeysValues(self.asr.model, self.encoder.max_frames, self.encoder.initial_frames, padding)
 
     @property
     def encoder_state(self) -> EncoderState:
@@ -259,9 +316,10 @@ class CacheAwareWhisperRecognizer(WhisperStreamingRecognizer):
         """The decoder's features (cached content + padding tail) and the window's real mel frames."""
         started = time.perf_counter()
         state = self._state
-        tail = self.encoder.padding_tail(state).states
-        features = torch.cat([state.final_states(), tail], dim=1)
-        self.stats.tail_frames += tail.shape[1]
+        tail = self.encoder.padding_tail(state)
+        features = torch.cat([state.final_states(), tail.states], dim=1)
+        self._shared_frames = tail.shared_frames
+        self.stats.tail_frames += tail.states.shape[1] - tail.shared_frames
         self.stats.tail_seconds += time.perf_counter() - started
         self._note_position()
         # The window's samples have mel frames up to len // 160 (the frontend holds the last
@@ -270,7 +328,7 @@ class CacheAwareWhisperRecognizer(WhisperStreamingRecognizer):
         return features, frames
 
     def _cross_kv(self, features: torch.Tensor) -> Optional[list[tuple[torch.Tensor, torch.Tensor]]]:
-        return self._cross.of(self._state, features)
+        return self._cross.of(self._state, features, self._shared_frames)
 
     def _trim_to(self, sample: int) -> None:
         """Trim the window and the encoder state together, on the encoder's frame grid."""

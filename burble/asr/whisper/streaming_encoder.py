@@ -17,7 +17,10 @@ full-sequence convolution exactly, including Whisper's zero padding at the start
 The decoder still needs Whisper's 30 s layout (content, then the encoder states of zero-mel
 padding; without them it hallucinates). :meth:`StreamingEncoder.padding_tail` encodes the frames
 after the cached content: the received frames that are not final yet, then "virtual" zero-mel
-frames; they attend to the cache and to each other and nothing of them is cached.
+frames; they attend to the cache and to each other and nothing of them is cached. Only the
+padding near the content depends on it much: with ``near_tail_frames`` set, the padding beyond
+that many frames is not encoded per decode but read from :func:`padding_states`, the encoding of
+padding alone, made once per model and shared by every stream.
 
 Positions. Whisper's positional embeddings are absolute and stop at 1500 frames, so a stream's
 positions count frames since its last trim. The rule (see :meth:`StreamingEncoder.trim`):
@@ -79,6 +82,11 @@ class StreamingEncoderOptions:
         dtype elsewhere), or a precision name (``"bfloat16"``). The tail is half of a decode's
         cost and only tells the decoder where the audio ends; bfloat16 linears run ~2.4x faster
         on such CPUs (see :func:`tail_dtype`).
+      near_tail_frames: of the padding frames, how many are encoded against the stream (``None``:
+        all); the rest are the shared :func:`padding_states` at the same positions (the far
+        padding's states barely depend on the content: cosine ~0.9 to the encoded ones past
+        ~150 frames, 0.43 in the first 100). The tail's cost (and its attention over content +
+        tail) shrinks with it. Read the limits in ``CacheAwareOptions``.
     """
 
     chunk_frames: int = 50
@@ -88,6 +96,7 @@ class StreamingEncoderOptions:
     trim_keep_frames: int = 500
     first_chunk_frames: Optional[int] = None
     tail_precision: Optional[str] = None
+    near_tail_frames: Optional[int] = None
 
     def chunk_at(self, n_final: int) -> int:
         """Frames of the chunk that starts after ``n_final`` final frames."""
@@ -153,12 +162,15 @@ class EncoderOutput:
       start: position of the first state (since the last trim).
       layers: with ``return_layers``, each block's output ``(B, T, D)`` (before ``ln_post``).
       trimmed: frames an automatic trim dropped during this call (positions shifted by that much).
+      shared_frames: the last states that are the shared :func:`padding_states` (a padding
+        tail's far part), not encoded for this stream.
     """
 
     states: torch.Tensor
     start: int
     layers: Optional[list[torch.Tensor]] = None
     trimmed: int = 0
+    shared_frames: int = 0
 
 
 def conv_ready_frames(n_mel: int) -> int:
@@ -197,6 +209,27 @@ def blocks_in(encoder: AudioEncoder, dtype: torch.dtype) -> nn.ModuleList:
         if dtype not in copies:
             copies[dtype] = copy.deepcopy(encoder.blocks).to(dtype).eval()
         return copies[dtype]
+
+
+# The encoding of padding alone, per encoder module and (tail dtype, positions): shared by every stream.
+_padding: "weakref.WeakKeyDictionary[AudioEncoder, dict[tuple[torch.dtype, int], torch.Tensor]]" = weakref.WeakKeyDictionary()
+
+
+def padding_states(encoder: "StreamingEncoder") -> torch.Tensor:
+    """``(1, max_frames, D)``: the states of a stream that received nothing, padded to every position.
+
+    Computed once per model, tail dtype and position budget (~0.3 s for tiny.en, ~2.3 MB), then
+    shared: a padding tail's far part (``near_tail_frames``) reads its positions from here.
+    """
+    key = (encoder.tail_dtype, encoder.max_frames)
+    with _tail_blocks_lock:
+        cached = _padding.setdefault(encoder.encoder, {}).get(key)
+    if cached is None:
+        state = encoder.new_state()
+        cached = encoder.padding_tail(state, encoder.max_frames, near_frames=encoder.max_frames).states
+        with _tail_blocks_lock:
+            cached = _padding[encoder.encoder].setdefault(key, cached)
+    return cached
 
 
 def _block(
@@ -266,6 +299,8 @@ class StreamingEncoder:
             raise ValueError("chunk_frames must be >= 1, lookahead_frames and tail_frames >= 0")
         if o.first_chunk_frames is not None and o.first_chunk_frames < 1:
             raise ValueError("first_chunk_frames must be >= 1")
+        if o.near_tail_frames is not None and o.near_tail_frames < 0:
+            raise ValueError("near_tail_frames must be >= 0")
         # Frames a stream may receive before it must trim: the tail's positions are reserved.
         self.capacity = self.max_frames - o.tail_frames
         # A state's K/V storage starts at the first call's needs (first chunk and lookahead) and
@@ -340,16 +375,23 @@ class StreamingEncoder:
         return self._joined(pieces, first, trimmed, state, return_layers)
 
     @torch.inference_mode()
-    def padding_tail(self, state: EncoderState, n_frames: Optional[TailLength] = None, *, return_layers: bool = False) -> EncoderOutput:
+    def padding_tail(
+        self, state: EncoderState, n_frames: Optional[TailLength] = None, *, return_layers: bool = False,
+        near_frames: Optional[int] = None,
+    ) -> EncoderOutput:
         """States of everything after the cached content: pending received frames, then zero-mel frames.
 
-        The frames attend to the cache and to each other; nothing of them is cached.
+        The pending frames and the first ``near_frames`` padding frames attend to the cache and
+        to each other; nothing of them is cached. The padding frames after those are the shared
+        :func:`padding_states` at the same positions (``shared_frames`` of the output says how many).
 
         Args:
           state: the stream's state (its cache slots past ``n_final`` are used as scratch).
           n_frames: zero-mel padding frames after the received ones; ``None`` is
             ``options.tail_frames``, ``"full"`` pads to ``max_frames`` (Whisper's whole 30 s layout).
-          return_layers: also return each block's output.
+          return_layers: also return each block's output (only for a tail without shared frames).
+          near_frames: padding frames encoded against the stream; ``None`` is
+            ``options.near_tail_frames`` (``None`` there: all).
 
         Raises:
           ValueError: the tail would exceed the position budget.
@@ -358,13 +400,23 @@ class StreamingEncoder:
         pad = self.options.tail_frames if n_frames is None else (self.max_frames - received if n_frames == "full" else n_frames)
         if pad < 0 or received + pad > self.max_frames:
             raise ValueError(f"{received} received + {pad} tail frames exceed {self.max_frames} positions")
+        near = self.options.near_tail_frames if near_frames is None else near_frames
+        near = pad if near is None else min(pad, near)
+        if return_layers and near < pad:
+            raise ValueError("the shared padding states keep no layers: pass near_frames >= the tail")
         # The tail's K/V live in this thread's scratch, after a copy of the content's: a stream's
         # own cache holds only its final frames (and a chunk's lookahead) between calls, so an
         # added stream costs its window's memory, not 512 more frames in each of its caches.
-        scratch = thread_scratch("streaming-encoder-tail", state.cache, received + pad, dtype=self.tail_dtype)
+        scratch = thread_scratch("streaming-encoder-tail", state.cache, received + near, dtype=self.tail_dtype)
         scratch.load_prefix(state.cache, state.n_final)
-        return self._encode_span(state, state.n_final, received + pad, cache_frames=0, return_layers=return_layers, cache=scratch,
-                                 dtype=self.tail_dtype)
+        output = self._encode_span(state, state.n_final, received + near, cache_frames=0, return_layers=return_layers,
+                                   cache=scratch, dtype=self.tail_dtype)
+        if near == pad:
+            return output
+        shared = padding_states(self)[:, received + near : received + pad]
+        states = torch.cat([output.states, shared.expand(state.batch_size, -1, -1)], dim=1)
+        state.peak_position = max(state.peak_position, received + pad - 1)
+        return EncoderOutput(states=states, start=output.start, shared_frames=pad - near)
 
     def audio_features(self, state: EncoderState, tail_frames: Optional[TailLength] = None) -> torch.Tensor:
         """The decoder's audio features: cached content followed by :meth:`padding_tail`, ``(B, T, D)``."""

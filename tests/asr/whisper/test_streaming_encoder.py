@@ -21,6 +21,7 @@ from burble.asr.whisper.streaming_encoder import (
     blocks_in,
     conv_ready_frames,
     encode_block_causal,
+    padding_states,
     tail_dtype,
 )
 from burble.testing.dev_audio import dev_audio_items, require_shared
@@ -159,6 +160,33 @@ def test_a_bfloat16_tail_stays_close_to_the_float32_one(model, real_mel):
     # Every stream of a model shares one bfloat16 copy of the blocks; the model's dtype needs none.
     assert blocks_in(model.encoder, torch.bfloat16) is blocks_in(model.encoder, torch.bfloat16)
     assert blocks_in(model.encoder, torch.float32) is model.encoder.blocks
+
+
+def test_a_tail_beyond_its_near_frames_is_the_shared_encoding_of_padding_alone(model, real_mel):
+    exact = StreamingEncoder(model, StreamingEncoderOptions(chunk_frames=50, tail_frames=256))
+    split = StreamingEncoder(model, StreamingEncoderOptions(chunk_frames=50, tail_frames=256, near_tail_frames=64))
+    state, _ = _stream(exact, real_mel[:, :777])
+    received = state.n_received
+    tail = split.padding_tail(state)
+    assert tail.shared_frames == 192 and tail.states.shape[1] == received - state.n_final + 256
+    near = tail.states[:, : -tail.shared_frames]
+    # The near part: the stream's pending frames and 64 padding frames, encoded as a 64-frame tail.
+    assert torch.equal(near, exact.padding_tail(state, 64).states)
+    # The far part: the padding encoded alone (a stream that received nothing), at the same positions.
+    shared = padding_states(split)
+    alone = exact.padding_tail(exact.new_state(), "full").states
+    assert shared.shape == (1, 1500, alone.shape[2]) and torch.allclose(shared, alone, atol=1e-4)
+    assert torch.equal(tail.states[:, -tail.shared_frames :], shared[:, received + 64 : received + 256])
+    assert padding_states(StreamingEncoder(model, split.options)) is shared  # once per model, shared
+    # Control: it is not the tail encoded against the stream, which tells the far frames apart.
+    whole = exact.padding_tail(state).states
+    cosine = F.cosine_similarity(tail.states[:, -tail.shared_frames :], whole[:, -tail.shared_frames :], dim=-1)
+    print(f"shared far padding vs encoded: cosine mean {float(cosine.mean()):.3f} min {float(cosine.min()):.3f}")
+    assert float(cosine.min()) < 0.99
+    with pytest.raises(ValueError):
+        split.padding_tail(state, return_layers=True)  # the shared states keep no layers
+    with pytest.raises(ValueError):
+        StreamingEncoder(model, StreamingEncoderOptions(near_tail_frames=-1))
 
 
 def test_auto_tail_precision_is_bfloat16_only_where_it_is_native(monkeypatch):
