@@ -17,6 +17,7 @@ from burble.asr.loaded import LoadedWhisper
 from burble.asr.options import TranscribeOptions
 from burble.asr.processors import ProcessorFactory, window_processors
 from burble.asr.speculation import window_drafter
+from burble.asr.whisper.attention_record import CrossAttentionRecord, heads_by_layer
 from burble.asr.window import WindowResult
 from burble.decoding.beam import beam_search
 from burble.decoding.generate import GenerationResult, generate
@@ -49,11 +50,11 @@ def best_of_rows(
     tokenizer = whisper.tokenizer
     no_speech = float(torch.softmax(result.probe_logits[rows[0]].float(), dim=-1)[tokenizer.no_speech])
     # avg log-prob as the reference: sum over generated tokens (end-of-text included) / (len + 1).
-    scored = [(sum(result.token_logprobs[r]) / (len(result.tokens[r]) + 1), result.tokens[r]) for r in rows]
-    avg_logprob, tokens = max(scored, key=lambda s: s[0])
+    scored = [(sum(result.token_logprobs[r]) / (len(result.tokens[r]) + 1), r) for r in rows]
+    avg_logprob, row = max(scored, key=lambda s: s[0])
     return WindowResult(
-        tokens=list(tokens), avg_logprob=avg_logprob, no_speech_prob=no_speech, temperature=temperature,
-        text_of=tokenizer.decode,
+        tokens=list(result.tokens[row]), avg_logprob=avg_logprob, no_speech_prob=no_speech, temperature=temperature,
+        text_of=tokenizer.decode, token_logprobs=list(result.token_logprobs[row]),
     )
 
 
@@ -69,6 +70,7 @@ def decode_window(
     previous_hypothesis: Sequence[int] = (),
     extra_processors: Optional[ProcessorFactory] = None,
     cross: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None,
+    record_alignment: bool = False,
 ) -> WindowResult:
     """Decode one 30 s window's text tokens (timestamps included, end-of-text excluded).
 
@@ -83,8 +85,13 @@ def decode_window(
       extra_processors: this caller's own processors (e.g. a stream's biasing).
       cross: the decoder's cross-attention K/V of ``audio_features`` per layer, if the caller
         keeps them (the cache-aware stream extends them by its new frames only).
+      record_alignment: keep the alignment heads' scores of the decode's passes in
+        ``result.text_model.record`` (word timing without a pass of its own, see
+        :mod:`burble.asr.whisper.attention_record`).
     """
     text_model = whisper.text_model(audio_features, cross)
+    if record_alignment:
+        text_model.record = CrossAttentionRecord(heads_by_layer(whisper.model.alignment_heads))
     decoding = decoding_options(whisper, prompt, options, temperature)
     chain = window_processors(whisper, prompt, options, extra_processors)
     prompt_tensor = torch.tensor([prompt], device=whisper.device)

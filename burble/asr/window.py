@@ -56,9 +56,11 @@ class WindowResult:
       text_of: decodes ``tokens`` to text (for the compression ratio).
       text_model: the decoder bound to this window's audio (its cross-attention K/V are computed):
         word alignment reuses it instead of projecting the audio again.
+      token_logprobs: each of ``tokens``' log-probability under the decode's processed logits
+        (end-of-text's last, if it was decoded), when the decode knows them.
     """
 
-    __slots__ = ("tokens", "avg_logprob", "no_speech_prob", "temperature", "text_model", "_compression_ratio", "_text_of")
+    __slots__ = ("tokens", "avg_logprob", "no_speech_prob", "temperature", "text_model", "token_logprobs", "_compression_ratio", "_text_of")
 
     def __init__(
         self,
@@ -70,6 +72,7 @@ class WindowResult:
         *,
         text_of: Optional[Callable[[list[int]], str]] = None,
         text_model: Optional[WhisperTextModel] = None,
+        token_logprobs: Optional[list[float]] = None,
     ) -> None:
         if compression_ratio is None and text_of is None:
             raise ValueError("give the compression ratio or a way to decode the text")
@@ -78,6 +81,7 @@ class WindowResult:
         self.no_speech_prob = no_speech_prob
         self.temperature = temperature
         self.text_model = text_model
+        self.token_logprobs = token_logprobs
         self._compression_ratio = compression_ratio
         self._text_of = text_of
 

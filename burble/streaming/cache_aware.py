@@ -17,9 +17,9 @@ encoder state instead (issue 13, first opt-in version):
   (committed WER 0.105 over the 20 short clips) where 512 frames (10.24 s) gave 0.029 and 768
   gave 0.045 (offline greedy: 0.045; the re-encoding recognizer: 0.061). Only the first 256
   padding frames are encoded per decode (``near_tail_frames``); the other 256 are the shared
-  encoding of padding alone (:func:`~burble.asr.whisper.streaming_encoder.padding_states`): a
-  256-frame tail loops because the decoder misses the far padding, not because it needs it
-  encoded against this stream's audio (measured below).
+  encoding of padding alone (:func:`~burble.asr.whisper.streaming_encoder.padding_encoding`),
+  whose keys/values the near frames attend to: a 256-frame tail loops because the decoder misses
+  the far padding, not because it needs it encoded against this stream's audio (measured below).
 * **Cross-attention K/V.** The decoder's keys and values of the final frames are projected once
   per layer (:class:`CrossKeysValues`) and extended by each chunk's new frames; a decode
   projects only its tail's own frames (those of the shared padding are projected once per
@@ -54,7 +54,7 @@ from burble.asr.frontend import HOP_LENGTH
 from burble.asr.pipeline import WhisperASR
 from burble.asr.streaming_frontend import StreamingLogMel, StreamingLogMelOptions
 from burble.asr.whisper.model import Whisper
-from burble.asr.whisper.streaming_encoder import EncoderState, StreamingEncoder, StreamingEncoderOptions, padding_states
+from burble.asr.whisper.streaming_encoder import EncoderState, StreamingEncoder, StreamingEncoderOptions, padding_encoding
 from burble.audio import SAMPLE_RATE
 from burble.decoding.kv_cache import KVCache, thread_scratch
 from burble.streaming.events import StreamEvent
@@ -84,11 +84,13 @@ class CacheAwareOptions:
         the 80 s dev file a mean committed WER of 4.3% / 4.6% (BENCHMARKS.md, 2026-12-04);
         ``None`` keeps the model's dtype.
       near_tail_frames: of the tail, the padding frames encoded against the stream every decode;
-        the rest are shared (``StreamingEncoderOptions.near_tail_frames``). Committed WER over the
-        20 short clips / the 80 s file / the 20 clips joined, AlignAtt, 1 s chunks
-        (2026-12-04, one run each): all 512 encoded 3.2 / 3.9 / 4.8%, tail 91 ms per decode;
-        256 3.8 / 2.4 / 4.8%, 46 ms; 192 4.1 / 5.9 / 6.1%; 128 3.8 / 6.8 / 4.8%, 32 ms. Without
-        the shared part, a 256-frame tail gave 9.6% on the short clips.
+        the rest are shared (``StreamingEncoderOptions.near_tail_frames``). Committed WER over
+        all 21 dev files x 0.9/1/1.1 s chunks (the pipeline without real time, as
+        ``tests/streaming/test_recognizer.py``'s dev-set test; offline greedy 3.9%), 2026-12-04:
+        all 512 encoded 4.88%; 256 4.95%, 384 4.95%; 256 whose near frames did not attend to the
+        far ones 5.33%. Without the VAD: 512 4.43%, 256 4.30%. Encoder ms per decode in ``benchmarks/streaming.py``: 81 (512), 81 (384:
+        the tail also holds the 50-100 pending frames), 53 (256). Without the shared far part a
+        256-frame tail gave 9.6% on the 20 short clips.
       streaming: the decode and commit options shared with the re-encoding recognizer.
     """
 
@@ -132,7 +134,7 @@ _padding_lock = threading.Lock()
 
 def padding_keys_values(model: Whisper, padding: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Every decoder layer's cross-attention K/V ``(1, H, T, d)`` of ``padding`` (the shared
-    :func:`~burble.asr.whisper.streaming_encoder.padding_states`), projected once and shared."""
+    :func:`~burble.asr.whisper.streaming_encoder.padding_encoding`'s states), projected once and shared."""
     with _padding_lock:
         entry = _padding_keys_values.setdefault(model.decoder, {}).get(id(padding))
     if entry is None:
@@ -290,7 +292,7 @@ class CacheAwareWhisperRecognizer(WhisperStreamingRecognizer):
 
     def _new_cross(self) -> CrossKeysValues:
         shares = self.encoder.options.near_tail_frames is not None
-        padding = padding_states(self.encoder) if shares else None
+        padding = padding_encoding(self.encoder).states if shares else None
         return CrossKeysValues(self.asr.model, self.encoder.max_frames, self.encoder.initial_frames, padding)
 
     @property

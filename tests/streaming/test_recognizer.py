@@ -16,6 +16,7 @@ from burble.streaming.factory import RecognizerChoice
 from burble.streaming.sources import ArraySource, MicrophoneSource
 from burble.testing import dev_audio_items, dev_item, require_shared
 from burble.testing.virtual_mic import VirtualMicrophone, unavailable_reason
+from streaming_helpers import whole_tail_recognizer
 
 JFK_TEXT = "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
 
@@ -45,6 +46,32 @@ def stream_array(asr, audio, *, chunk=1.0, options=StreamingOptions(), choice=Re
     pipeline = asr_pipeline(ArraySource(audio, realtime=False), recognizer, [sink], options=PipelineOptions(chunk_seconds=chunk))
     metrics = asyncio.run(pipeline.run())
     return sink, recognizer, metrics
+
+
+@pytest.mark.parametrize("policy", ["alignatt", "local-agreement"])
+def test_word_timing_reads_the_rows_the_decode_recorded(asr, monkeypatch, policy):
+    """Every decode's words are timed from the alignment heads' rows its own passes computed, with
+    no timing pass of their own; control: when the record lacks rows, the timing pass runs."""
+    import burble.asr.whisper.timing as timing
+    from burble.asr.whisper.attention_record import CrossAttentionRecord
+
+    passes = []
+    timing_pass = timing._timing_pass
+    monkeypatch.setattr(timing, "_timing_pass", lambda *a: passes.append(1) or timing_pass(*a))
+    audio = load_audio("examples/jfk.wav")
+
+    def run():
+        recognizer = RecognizerChoice(encoder="cache-aware").build(asr, StreamingOptions(policy=policy))
+        events = [e for i in range(0, len(audio), 16000) for e in recognizer.accept(audio[i : i + 16000], i)]
+        events += recognizer.flush()
+        return recognizer, "".join(e.text for e in events if e.type == "final")
+
+    recognizer, text = run()
+    assert recognizer.stats.decodes >= 8 and passes == []
+    assert "what your country can do for you" in text.lower().replace(",", "")
+    monkeypatch.setattr(CrossAttentionRecord, "scores", lambda self, *a: None)
+    recognizer, _ = run()
+    assert len(passes) >= recognizer.stats.decodes - 2  # all but silent or empty decodes
 
 
 def test_direct_accept_commits_words_with_times_and_endpoint(asr):
@@ -149,7 +176,7 @@ def test_a_short_tail_that_whisper_calls_no_speech_commits_nothing(asr, monkeypa
     options = StreamingOptions(hotwords=("Fauntleroy",), beam_size=5)
 
     def tail_text() -> str:
-        recognizer = RecognizerChoice().build(asr, options)
+        recognizer = whole_tail_recognizer(asr, options)  # the tail the premise was found with
         for i in range(0, pause_at, 16000):
             recognizer.accept(audio[i : min(i + 16000, pause_at)], i)
         at_pause = recognizer.pause(pause_at)

@@ -12,6 +12,7 @@ from burble.metrics import normalize_text
 from burble.streaming.recognizer import StreamingOptions
 from burble.testing import dev_item
 from burble.testing.dev_audio import require_shared
+from streaming_helpers import whole_tail_recognizer
 from burble.testing.synthetic import speech_engines_available
 from test_recognizer import stream_array
 
@@ -102,7 +103,7 @@ def test_no_hotword_is_invented_after_the_last_word(asr, monkeypatch):
     options = StreamingOptions(hotwords=("Przybylski", "Gdansk"), beam_size=5)
 
     def committed_text() -> str:
-        recognizer = RecognizerChoice().build(asr, options)
+        recognizer = whole_tail_recognizer(asr, options)  # the tail the premise was found with
         events = [e for i in range(0, pause_at, 16000) for e in recognizer.accept(audio[i : min(i + 16000, pause_at)], i)]
         events += recognizer.pause(pause_at)
         assert "sister" in "".join(e.text for e in events if e.type == "final")  # the premise: committed at the pause

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from burble.asr.whisper.attention_record import CrossAttentionRecord
 from burble.decoding.kv_cache import KVCache
 from burble.kernels.attention import attention
 from burble.kernels.linear import MAX_PACKED_ROWS, weight_linear
@@ -278,6 +279,11 @@ class WhisperTextModel:
       num_layers: use only the first layers (the early-exit self-draft view of the same weights).
       cross: each layer's cross-attention K/V of ``audio_features``, if the caller has them (a
         stream extends them as its frames become final); computed here otherwise.
+
+    Attributes:
+      record: set it to a :class:`~burble.asr.whisper.attention_record.CrossAttentionRecord` to
+        keep its heads' cross-attention scores of every linear pass (word timing without a pass
+        of its own).
     """
 
     def __init__(
@@ -288,6 +294,7 @@ class WhisperTextModel:
         self.audio_features = audio_features
         self.num_layers = num_layers or model.dims.n_text_layer
         self.vocab_size = model.dims.n_vocab
+        self.record: Optional[CrossAttentionRecord] = None
         if cross is not None and len(cross) < self.num_layers:
             raise ValueError(f"{len(cross)} layers of cross-attention K/V for a {self.num_layers}-layer decoder")
         self._cross = list(cross[: self.num_layers]) if cross is not None else model.decoder.cross_kv(audio_features, self.num_layers)
@@ -297,6 +304,7 @@ class WhisperTextModel:
         view = WhisperTextModel.__new__(WhisperTextModel)
         view.model, view.audio_features, view.vocab_size = self.model, self.audio_features, self.vocab_size
         view.num_layers = num_layers
+        view.record = None  # drafts are not the text
         view._cross = self._cross[:num_layers]
         return view
 
@@ -314,21 +322,26 @@ class WhisperTextModel:
         cache.cross = list(self._cross)
         return cache
 
-    @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    def _hidden(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """The decoder's final-norm states of a linear pass (recorded, if asked)."""
         start = cache.length
-        hidden, _ = self.model.decoder.hidden_states(tokens, cache, num_layers=self.num_layers)
+        capture = self.record.heads if self.record is not None else None
+        hidden, weights = self.model.decoder.hidden_states(tokens, cache, num_layers=self.num_layers, capture=capture)
+        if self.record is not None:
+            self.record.add(start, tokens, weights)
         # Kept for multi-token-prediction drafting (burble.decoding.mtp): a reference, no copy.
         self._last_hidden = (start, hidden)
-        return self.model.decoder.project_logits(hidden)
+        return hidden
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        return self.model.decoder.project_logits(self._hidden(tokens, cache))
 
     @torch.inference_mode()
     def prefill(self, tokens: torch.Tensor, cache: KVCache, rows: list[int]) -> torch.Tensor:
         """Like :meth:`forward`, projecting only ``rows`` of ``tokens`` to logits (a prompt: see
         :class:`burble.decoding.model.PrefillModel`); hidden states of all rows stay for drafters."""
-        start = cache.length
-        hidden, _ = self.model.decoder.hidden_states(tokens, cache, num_layers=self.num_layers)
-        self._last_hidden = (start, hidden)
+        hidden = self._hidden(tokens, cache)
         return self.model.decoder.project_logits(hidden[:, rows])
 
     @torch.inference_mode()

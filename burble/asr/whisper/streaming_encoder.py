@@ -19,8 +19,9 @@ padding; without them it hallucinates). :meth:`StreamingEncoder.padding_tail` en
 after the cached content: the received frames that are not final yet, then "virtual" zero-mel
 frames; they attend to the cache and to each other and nothing of them is cached. Only the
 padding near the content depends on it much: with ``near_tail_frames`` set, the padding beyond
-that many frames is not encoded per decode but read from :func:`padding_states`, the encoding of
-padding alone, made once per model and shared by every stream.
+that many frames is not encoded per decode but read from :func:`padding_encoding`, the encoding
+of padding alone, made once per model and shared by every stream (its states, and its keys and
+values, which the near frames attend to as they would to the far frames of a tail encoded whole).
 
 Positions. Whisper's positional embeddings are absolute and stop at 1500 frames, so a stream's
 positions count frames since its last trim. The rule (see :meth:`StreamingEncoder.trim`):
@@ -83,10 +84,10 @@ class StreamingEncoderOptions:
         cost and only tells the decoder where the audio ends; bfloat16 linears run ~2.4x faster
         on such CPUs (see :func:`tail_dtype`).
       near_tail_frames: of the padding frames, how many are encoded against the stream (``None``:
-        all); the rest are the shared :func:`padding_states` at the same positions (the far
-        padding's states barely depend on the content: cosine ~0.9 to the encoded ones past
-        ~150 frames, 0.43 in the first 100). The tail's cost (and its attention over content +
-        tail) shrinks with it. Read the limits in ``CacheAwareOptions``.
+        all); the rest are the shared :func:`padding_encoding` at the same positions, whose
+        keys/values the near frames also attend to (the far padding depends little on the
+        content: its states have cosine ~0.9 to the encoded ones past ~150 frames, 0.43 in the
+        first 100). The tail's linear layers shrink with it. Measured in ``CacheAwareOptions``.
     """
 
     chunk_frames: int = 50
@@ -162,7 +163,7 @@ class EncoderOutput:
       start: position of the first state (since the last trim).
       layers: with ``return_layers``, each block's output ``(B, T, D)`` (before ``ln_post``).
       trimmed: frames an automatic trim dropped during this call (positions shifted by that much).
-      shared_frames: the last states that are the shared :func:`padding_states` (a padding
+      shared_frames: the last states that are the shared :func:`padding_encoding`'s (a padding
         tail's far part), not encoded for this stream.
     """
 
@@ -212,21 +213,37 @@ def blocks_in(encoder: AudioEncoder, dtype: torch.dtype) -> nn.ModuleList:
 
 
 # The encoding of padding alone, per encoder module and (tail dtype, positions): shared by every stream.
-_padding: "weakref.WeakKeyDictionary[AudioEncoder, dict[tuple[torch.dtype, int], torch.Tensor]]" = weakref.WeakKeyDictionary()
+_padding: "weakref.WeakKeyDictionary[AudioEncoder, dict[tuple[torch.dtype, int], PaddingEncoding]]" = weakref.WeakKeyDictionary()
 
 
-def padding_states(encoder: "StreamingEncoder") -> torch.Tensor:
-    """``(1, max_frames, D)``: the states of a stream that received nothing, padded to every position.
+@dataclass(frozen=True)
+class PaddingEncoding:
+    """A stream that received nothing, padded to every position: its states ``(1, max_frames, D)``
+    and each block's self-attention keys and values ``(1, H, max_frames, d)`` (in the tail dtype)."""
 
-    Computed once per model, tail dtype and position budget (~0.3 s for tiny.en, ~2.3 MB), then
-    shared: a padding tail's far part (``near_tail_frames``) reads its positions from here.
-    """
+    states: torch.Tensor
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+
+def padding_encoding(encoder: "StreamingEncoder") -> PaddingEncoding:
+    """The encoding of padding alone, computed once per model, tail dtype and position budget
+    (~0.3 s and ~12 MB for tiny.en), then shared: a padding tail's far part (``near_tail_frames``)
+    reads its states and its keys/values from here."""
     key = (encoder.tail_dtype, encoder.max_frames)
     with _tail_blocks_lock:
         cached = _padding.setdefault(encoder.encoder, {}).get(key)
     if cached is None:
         state = encoder.new_state()
-        cached = encoder.padding_tail(state, encoder.max_frames, near_frames=encoder.max_frames).states
+        frames = encoder.max_frames
+        states = encoder.padding_tail(state, frames, near_frames=frames).states
+        # The tail's K/V are still in this thread's scratch (the same one padding_tail used).
+        scratch = thread_scratch("streaming-encoder-tail", state.cache, frames, dtype=encoder.tail_dtype)
+        cached = PaddingEncoding(
+            states=states,
+            keys=[k[:, :, :frames].clone() for k in scratch.keys],
+            values=[v[:, :, :frames].clone() for v in scratch.values],
+        )
         with _tail_blocks_lock:
             cached = _padding[encoder.encoder].setdefault(key, cached)
     return cached
@@ -381,9 +398,10 @@ class StreamingEncoder:
     ) -> EncoderOutput:
         """States of everything after the cached content: pending received frames, then zero-mel frames.
 
-        The pending frames and the first ``near_frames`` padding frames attend to the cache and
-        to each other; nothing of them is cached. The padding frames after those are the shared
-        :func:`padding_states` at the same positions (``shared_frames`` of the output says how many).
+        The pending frames and the first ``near_frames`` padding frames attend to the cache, to
+        each other and to the far padding frames; nothing of them is cached. The far padding
+        frames are the shared :func:`padding_encoding` at the same positions (its keys/values
+        for that attention, its states in the output; ``shared_frames`` says how many).
 
         Args:
           state: the stream's state (its cache slots past ``n_final`` are used as scratch).
@@ -407,13 +425,20 @@ class StreamingEncoder:
         # The tail's K/V live in this thread's scratch, after a copy of the content's: a stream's
         # own cache holds only its final frames (and a chunk's lookahead) between calls, so an
         # added stream costs its window's memory, not 512 more frames in each of its caches.
-        scratch = thread_scratch("streaming-encoder-tail", state.cache, received + near, dtype=self.tail_dtype)
+        # Before the scratch is taken: the first call computes the padding encoding in it.
+        padding = padding_encoding(self) if near < pad else None
+        scratch = thread_scratch("streaming-encoder-tail", state.cache, received + pad, dtype=self.tail_dtype)
         scratch.load_prefix(state.cache, state.n_final)
+        if padding is not None:  # the near frames also attend to the far ones, as in a tail encoded whole
+            for layer, (k, v) in enumerate(zip(padding.keys, padding.values)):
+                far = slice(received + near, received + pad)
+                scratch.write(layer, far.start, k[:, :, far].expand(state.batch_size, -1, -1, -1), v[:, :, far].expand(state.batch_size, -1, -1, -1))
         output = self._encode_span(state, state.n_final, received + near, cache_frames=0, return_layers=return_layers,
-                                   cache=scratch, dtype=self.tail_dtype)
+                                   cache=scratch, dtype=self.tail_dtype, attend_until=received + pad)
         if near == pad:
             return output
-        shared = padding_states(self)[:, received + near : received + pad]
+        assert padding is not None
+        shared = padding.states[:, received + near : received + pad]
         states = torch.cat([output.states, shared.expand(state.batch_size, -1, -1)], dim=1)
         state.peak_position = max(state.peak_position, received + pad - 1)
         return EncoderOutput(states=states, start=output.start, shared_frames=pad - near)
@@ -479,7 +504,7 @@ class StreamingEncoder:
 
     def _encode_span(
         self, state: EncoderState, start: int, end: int, cache_frames: int, return_layers: bool, cache: Optional[KVCache] = None,
-        dtype: Optional[torch.dtype] = None,
+        dtype: Optional[torch.dtype] = None, attend_until: Optional[int] = None,
     ) -> EncoderOutput:
         """Run positions ``[start, end)`` against the cache; keep the first ``cache_frames`` as final.
 
@@ -497,9 +522,15 @@ class StreamingEncoder:
         cache = state.cache if cache is None else cache
         dtype = self.dtype if dtype is None else dtype
         x = x.to(dtype)
+        until = end if attend_until is None else attend_until
+
+        def keys_values(k: torch.Tensor, v: torch.Tensor, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+            cache.write(i, start, k, v)
+            return cache.keys[i][:, :, :until], cache.values[i][:, :, :until]
+
         for index, block in enumerate(blocks_in(encoder, dtype)):
             # Lookahead K/V (a tail's, in its scratch copy) land past cache.length: slots the next write overwrites.
-            x = _block(block, x, lambda k, v, i=index: cache.write(i, start, k, v))
+            x = _block(block, x, lambda k, v, i=index: keys_values(k, v, i))
             if return_layers:
                 layers.append(x[:, :cache_frames] if cache_frames else x)
         out = encoder.ln_post(x.to(self.dtype))

@@ -22,6 +22,7 @@ from burble.asr.options import TranscribeOptions
 from burble.asr.prompt import sot_sequence
 from burble.asr.results import Word
 from burble.asr.tokenizer import WhisperTokenizer
+from burble.asr.whisper.attention_record import heads_by_layer
 from burble.asr.whisper.model import Whisper, WhisperTextModel
 from burble.asr.window import SegmentPiece, clamp_word_durations
 
@@ -55,6 +56,8 @@ def align(
     num_frames: int,
     *,
     text_model: Optional[WhisperTextModel] = None,
+    scores: Optional[torch.Tensor] = None,
+    token_probabilities: Optional[Sequence[float]] = None,
 ) -> Alignment:
     """Align ``text_tokens`` (no specials) to the first ``num_frames`` mel frames of a window.
 
@@ -62,38 +65,36 @@ def align(
       start_of_transcript: the decode's start-of-transcript sequence
         (:func:`burble.asr.prompt.sot_sequence`: language and task of that decode).
       text_model: the decoder already bound to ``audio_features`` (reuses its cross-attention K/V).
+      scores: the alignment heads' pre-softmax cross-attention scores ``(heads, rows, frames)``
+        of the rows of ``start_of_transcript``, ``<|notimestamps|>`` and the text (end-of-text's
+        row may follow), if the decode recorded them (:mod:`burble.asr.whisper.attention_record`);
+        with them and ``token_probabilities`` no decoder pass runs here.
+      token_probabilities: each text token's probability (NaN where unknown, e.g. a forced prefix).
 
     Returns the words (times relative to the window start), each word's tokens, and each decoder
     row's attention peak (:class:`Alignment`).
     """
     if not text_tokens:
         return Alignment(words=[], word_tokens=[], peak_frames=np.zeros(0, dtype=np.int64))
-    start_sequence = list(start_of_transcript) + [tokenizer.no_timestamps]
-    tokens = torch.tensor([start_sequence + text_tokens + [tokenizer.eot]], device=model.device)
-    capture: dict[int, list[int]] = {}
-    for layer, head in model.alignment_heads:
-        capture.setdefault(layer, []).append(head)
-    if text_model is None:
-        text_model = WhisperTextModel(model, audio_features)
-    cache = text_model.new_cache(1, tokens.shape[1])
-    with torch.inference_mode():
-        logits, scores = model.decoder(tokens, cache, capture=capture)
-    probs = torch.softmax(logits[0, len(start_sequence) - 1 : -1, : tokenizer.eot], dim=-1)
-    token_probs = probs[torch.arange(len(text_tokens), device=probs.device), torch.tensor(text_tokens, device=probs.device)].tolist()
+    if scores is None or token_probabilities is None:
+        scores, token_probabilities = _timing_pass(model, tokenizer, start_of_transcript, text_tokens, audio_features, text_model)
+    # Rows: <|notimestamps|> (which predicts the first text token) through the last text token
+    # (which predicts end-of-text), i.e. one row more than there are text tokens.
+    first_row = len(start_of_transcript)
+    text_rows = slice(first_row, first_row + len(text_tokens) + 1)
+    if scores.shape[1] - text_rows.stop not in (0, 1) or len(token_probabilities) != len(text_tokens):
+        raise ValueError(f"scores of {scores.shape[1]} rows and {len(token_probabilities)} probabilities for {len(text_tokens)} tokens")
 
     # At least one audio frame: a window's last few milliseconds can hold less than one.
     frames = max(1, num_frames // 2)
-    weights = torch.cat([s[0] for s in scores], dim=0)[:, :, :frames]  # (heads, T, frames)
-    weights = weights.float().softmax(dim=-1)
+    weights = scores[:, :, :frames].float().softmax(dim=-1)  # (heads, rows, frames), standardised over rows
     std, mean = torch.std_mean(weights, dim=-2, keepdim=True, unbiased=False)
     # A frame that every token attends to equally has std 0; without the floor it turns into NaN
     # and DTW fails (seen on a sampled fallback decode of a 0.08 s last window).
     # The median filter and DTW run on the CPU (scipy, librosa): copy off the device first.
     weights = ((weights - mean) / std.clamp_min(1e-12)).cpu().numpy()
     weights = median_filter(weights, size=(1, 1, MEDIAN_FILTER_WIDTH), mode="nearest")
-    # Rows are input positions: <|notimestamps|> (which predicts the first text token) through the
-    # last text token (which predicts end-of-text), i.e. one row more than there are text tokens.
-    matrix = weights.mean(axis=0)[len(start_sequence) - 1 : -1]
+    matrix = weights.mean(axis=0)[text_rows]
     _, path = dtw(C=-matrix.astype(np.float64), backtrack=True)
     path = path[::-1]
     text_indices, time_indices = path[:, 0], path[:, 1]
@@ -106,9 +107,31 @@ def align(
     for i, word in enumerate(words):
         first, last = int(boundaries[i]), int(boundaries[i + 1])
         start, end = float(jump_times[first]), float(jump_times[last])
-        probability = float(np.mean(token_probs[first:last]))
+        probability = float(np.mean(token_probabilities[first:last]))
         result.append(Word(word=word, start=start, end=max(start, end), probability=probability))
     return Alignment(words=result, word_tokens=word_tokens, peak_frames=matrix.argmax(axis=1))
+
+
+def _timing_pass(
+    model: Whisper,
+    tokenizer: WhisperTokenizer,
+    start_of_transcript: Sequence[int],
+    text_tokens: list[int],
+    audio_features: torch.Tensor,
+    text_model: Optional[WhisperTextModel],
+) -> tuple[torch.Tensor, list[float]]:
+    """One decoder pass over start-of-transcript + text + end-of-text: the alignment heads' scores
+    of every row, and each text token's probability."""
+    start_sequence = list(start_of_transcript) + [tokenizer.no_timestamps]
+    tokens = torch.tensor([start_sequence + text_tokens + [tokenizer.eot]], device=model.device)
+    if text_model is None:
+        text_model = WhisperTextModel(model, audio_features)
+    cache = text_model.new_cache(1, tokens.shape[1])
+    with torch.inference_mode():
+        logits, scores = model.decoder(tokens, cache, capture=heads_by_layer(model.alignment_heads))
+    probs = torch.softmax(logits[0, len(start_sequence) - 1 : -1, : tokenizer.eot], dim=-1)
+    token_probs = probs[torch.arange(len(text_tokens), device=probs.device), torch.tensor(text_tokens, device=probs.device)].tolist()
+    return torch.cat([s[0] for s in scores], dim=0), token_probs
 
 
 def _merge_punctuations(words: list[Word], prepend: str, append: str) -> list[Word]:

@@ -21,7 +21,7 @@ from burble.asr.whisper.streaming_encoder import (
     blocks_in,
     conv_ready_frames,
     encode_block_causal,
-    padding_states,
+    padding_encoding,
     tail_dtype,
 )
 from burble.testing.dev_audio import dev_audio_items, require_shared
@@ -170,16 +170,23 @@ def test_a_tail_beyond_its_near_frames_is_the_shared_encoding_of_padding_alone(m
     tail = split.padding_tail(state)
     assert tail.shared_frames == 192 and tail.states.shape[1] == received - state.n_final + 256
     near = tail.states[:, : -tail.shared_frames]
-    # The near part: the stream's pending frames and 64 padding frames, encoded as a 64-frame tail.
-    assert torch.equal(near, exact.padding_tail(state, 64).states)
+    # The near part: the stream's pending frames and 64 padding frames, encoded against the cache,
+    # each other and the shared padding's keys/values of the far frames. That brings it closer to
+    # the tail encoded whole than a 64-frame tail alone (the control).
+    whole = exact.padding_tail(state).states
+    alone = exact.padding_tail(state, 64).states
+    to_whole = F.cosine_similarity(near, whole[:, : near.shape[1]], dim=-1)
+    alone_to_whole = F.cosine_similarity(alone, whole[:, : near.shape[1]], dim=-1)
+    print(f"near part vs whole tail: cosine mean {float(to_whole.mean()):.4f} min {float(to_whole.min()):.4f};"
+          f" a 64-frame tail alone: mean {float(alone_to_whole.mean()):.4f} min {float(alone_to_whole.min()):.4f}")
+    assert float(to_whole.mean()) > float(alone_to_whole.mean()) and float(to_whole.min()) > float(alone_to_whole.min())
     # The far part: the padding encoded alone (a stream that received nothing), at the same positions.
-    shared = padding_states(split)
+    shared = padding_encoding(split).states
     alone = exact.padding_tail(exact.new_state(), "full").states
     assert shared.shape == (1, 1500, alone.shape[2]) and torch.allclose(shared, alone, atol=1e-4)
     assert torch.equal(tail.states[:, -tail.shared_frames :], shared[:, received + 64 : received + 256])
-    assert padding_states(StreamingEncoder(model, split.options)) is shared  # once per model, shared
+    assert padding_encoding(StreamingEncoder(model, split.options)).states is shared  # once per model, shared
     # Control: it is not the tail encoded against the stream, which tells the far frames apart.
-    whole = exact.padding_tail(state).states
     cosine = F.cosine_similarity(tail.states[:, -tail.shared_frames :], whole[:, -tail.shared_frames :], dim=-1)
     print(f"shared far padding vs encoded: cosine mean {float(cosine.mean()):.3f} min {float(cosine.min()):.3f}")
     assert float(cosine.min()) < 0.99
