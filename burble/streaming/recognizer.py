@@ -123,10 +123,7 @@ class StreamingOptions:
     # the cache-aware encoder it is the default (factory.RecognizerChoice says what was measured).
     # LocalAgreement-2 waits for a second decode that agrees: about 0.5 s later per word.
     policy: str = "alignatt"
-    # 8 since 2026-12-04: committed WER over all of dev-audio at 0.9/1/1.1 s chunks 4.88% (10:
-    # 4.95%), median AWED in benchmarks/streaming.py 1.02 / 0.94 / 0.96 s against 1.03-1.08 /
-    # 0.97-0.98 / 1.00-1.06 s (short clips / 80 s file / joined clips).
-    alignatt_frames: int = 8
+    alignatt_frames: int = 10
     # Whisper's guesses at half-heard words ("And white in his lips" for "and moistened his lips")
     # are improbable: such a word waits for the next decode to agree. Over all of dev-audio at
     # 0.9/1/1.1 s chunks (cache-aware, R = 1 s) committed WER 5.20% at 0 (off), 4.95% at 0.15,
