@@ -35,7 +35,7 @@ positions count frames since its last trim. The rule (see :meth:`StreamingEncode
   at the cut). The state after ``trim(state, k)`` is therefore the state a new stream fed with the
   mel from frame ``k`` on would have.
 
-The exact reference for tests is :func:`encode_block_causal`: one pass over the whole sequence with
+The exact reference for tests is :func:`burble.asr.whisper.block_causal.encode_block_causal`: one pass over the whole sequence with
 the block-causal mask, the lookahead frames as Emformer-style right-context copies per chunk.
 """
 
@@ -179,7 +179,7 @@ def conv_ready_frames(n_mel: int) -> int:
     return max(0, (n_mel - 1) // 2)
 
 
-def _encoder_of(model: Union[Whisper, AudioEncoder]) -> AudioEncoder:
+def encoder_of(model: Union[Whisper, AudioEncoder]) -> AudioEncoder:
     return model.encoder if isinstance(model, Whisper) else model
 
 
@@ -249,7 +249,7 @@ def padding_encoding(encoder: "StreamingEncoder") -> PaddingEncoding:
     return cached
 
 
-def _block(
+def encoder_block(
     block: ResidualAttentionBlock,
     x: torch.Tensor,
     keys_values: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
@@ -305,7 +305,7 @@ class StreamingEncoder:
     """
 
     def __init__(self, model: Union[Whisper, AudioEncoder], options: Optional[StreamingEncoderOptions] = None) -> None:
-        self.encoder = _encoder_of(model)
+        self.encoder = encoder_of(model)
         self.options = options or StreamingEncoderOptions()
         o = self.options
         n_ctx = self.encoder.positional_embedding.shape[0]
@@ -530,7 +530,7 @@ class StreamingEncoder:
 
         for index, block in enumerate(blocks_in(encoder, dtype)):
             # Lookahead K/V (a tail's, in its scratch copy) land past cache.length: slots the next write overwrites.
-            x = _block(block, x, lambda k, v, i=index: keys_values(k, v, i))
+            x = encoder_block(block, x, lambda k, v, i=index: keys_values(k, v, i))
             if return_layers:
                 layers.append(x[:, :cache_frames] if cache_frames else x)
         out = encoder.ln_post(x.to(self.dtype))
@@ -549,106 +549,3 @@ class StreamingEncoder:
         if return_layers:
             layers = [torch.cat([p.layers[i] for p in pieces], dim=1) for i in range(len(self.encoder.blocks))]  # type: ignore[index]
         return EncoderOutput(states=states, start=first, layers=layers, trimmed=trimmed)
-
-
-# -- the exact reference -------------------------------------------------------------------------
-
-
-def block_causal_mask(
-    n_frames: int, chunk: int, lookahead: int, tail_from: Optional[int] = None, *, first_chunk: Optional[int] = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The block-causal attention pattern over a sequence augmented with right-context copies.
-
-    The lookahead frames a chunk sees are computed *within* that chunk's step (they attend to the
-    earlier frames, the chunk and each other), and differ from the same frames' final states, so a
-    one-pass form carries them as a separate copy per chunk (Emformer's right-context block).
-
-    Args:
-      n_frames: frames ``T`` of the sequence.
-      chunk: ``C``; chunk ``k`` holds frames ``[b_k, b_{k+1})`` with ``b_k = kC`` (or
-        ``F + (k-1)C`` after a first chunk of ``F`` frames).
-      lookahead: ``R``; chunk ``k``'s copies are frames ``[b_{k+1}, b_{k+1} + R)`` (clipped to ``T``).
-      tail_from: frames from here on form one last block that sees every frame (the padding tail);
-        it must lie on the chunk grid.
-      first_chunk: ``F``, the first chunk's size (``None``: ``C``; see ``first_chunk_frames``).
-
-    Returns:
-      ``(source, mask)``: ``source[a]`` is the frame index of augmented position ``a`` (the first
-      ``T`` are the frames themselves, then the copies), and ``mask[a, b]`` is True where ``a`` may
-      attend to ``b``.
-    """
-    tail_from = n_frames if tail_from is None else tail_from
-    first = chunk if first_chunk is None else first_chunk
-    # Chunk boundaries b_0 = 0, b_1 = F, b_2 = F + C, ... up to the tail.
-    bounds = [0] + list(range(first, max(tail_from, first) + chunk, chunk))
-    n_chunks = next(k for k, b in enumerate(bounds) if b >= tail_from) if tail_from > 0 else 0
-    if tail_from not in bounds and tail_from != n_frames:
-        raise ValueError("tail_from must lie on the chunk grid")
-    ends = torch.tensor(bounds[1 : n_chunks + 1], dtype=torch.long)  # b_{k+1} of every chunk k
-    frames = torch.arange(n_frames)
-    # Right-context copies: chunk k's lookahead frames, for chunks before the tail.
-    offsets = torch.arange(lookahead)
-    copy_frames = ends[:, None] + offsets[None, :]
-    copy_owner = torch.arange(n_chunks)[:, None].expand_as(copy_frames)
-    valid = copy_frames < n_frames
-    copy_frames, copy_owner = copy_frames[valid], copy_owner[valid]
-    source = torch.cat([frames, copy_frames])
-    # Owner block of each augmented position; the tail is block n_chunks.
-    frame_owner = torch.searchsorted(ends, frames, right=True)
-    owner = torch.cat([torch.where(frames < tail_from, frame_owner, torch.full_like(frames, n_chunks)), copy_owner])
-    is_copy = torch.cat([torch.zeros(n_frames, dtype=torch.bool), torch.ones(len(copy_frames), dtype=torch.bool)])
-    # A query of block k sees the real frames before b_{k+1} (every frame for the tail) ...
-    limit = torch.cat([ends, torch.tensor([n_frames])])[owner]
-    sees_frames = (~is_copy)[None, :] & (source[None, :] < limit[:, None])
-    # ... and the copies of its own chunk (the tail has none).
-    sees_copies = is_copy[None, :] & (owner[None, :] == owner[:, None])
-    return source, sees_frames | sees_copies
-
-
-@torch.inference_mode()
-def encode_block_causal(
-    model: Union[Whisper, AudioEncoder],
-    mel: torch.Tensor,
-    chunk: int,
-    lookahead: int = 0,
-    *,
-    tail_from: Optional[int] = None,
-    return_layers: bool = False,
-    first_chunk: Optional[int] = None,
-) -> Union[torch.Tensor, tuple[torch.Tensor, list[torch.Tensor]]]:
-    """The masked full-sequence encoder: the streaming encoder's exact reference, in one pass.
-
-    Uses the model's own convolutions over the whole mel (Whisper's padding at both ends), then the
-    blocks over the sequence plus right-context copies under :func:`block_causal_mask`. With
-    ``chunk >= T`` and no lookahead it is Whisper's encoder.
-
-    Args:
-      model: a ``Whisper`` model or its ``AudioEncoder``.
-      mel: ``(n_mels, M)`` or ``(B, n_mels, M)`` log-mel frames.
-      chunk: ``C`` frames per chunk.
-      lookahead: ``R`` lookahead frames per chunk.
-      tail_from: frames from here on form the padding tail block (see :meth:`StreamingEncoder.padding_tail`).
-      first_chunk: the first chunk's size (``StreamingEncoderOptions.first_chunk_frames``).
-      return_layers: also return each block's output.
-
-    Returns:
-      ``(B, ceil(M / 2), D)`` encoder states, and with ``return_layers`` each block's output too.
-    """
-    encoder = _encoder_of(model)
-    weight = encoder.conv1.weight
-    if mel.dim() == 2:
-        mel = mel.unsqueeze(0)
-    mel = mel.to(device=weight.device, dtype=weight.dtype)
-    x = F.gelu(encoder.conv2(F.gelu(encoder.conv1(mel)))).transpose(1, 2)
-    n_frames = x.shape[1]
-    if n_frames > encoder.positional_embedding.shape[0]:
-        raise ValueError(f"audio too long for the encoder: {n_frames} frames")
-    source, mask = block_causal_mask(n_frames, chunk, lookahead, tail_from, first_chunk=first_chunk)
-    source, mask = source.to(x.device), mask.to(x.device)
-    x = x[:, source] + encoder.positional_embedding[source].to(x.dtype)
-    layers: list[torch.Tensor] = []
-    for block in encoder.blocks:
-        x = _block(block, x, lambda k, v: (k, v), mask=mask)
-        layers.append(x[:, :n_frames])
-    out = encoder.ln_post(x[:, :n_frames])
-    return (out, layers) if return_layers else out

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 import burble
 from burble.asr.frontend import log_mel_spectrogram
+from burble.asr.whisper.block_causal import encode_block_causal
 from burble.asr.whisper.streaming_encoder import (
     EncoderOutput,
     EncoderState,
@@ -20,7 +21,6 @@ from burble.asr.whisper.streaming_encoder import (
     StreamingEncoderOptions,
     blocks_in,
     conv_ready_frames,
-    encode_block_causal,
     padding_encoding,
     tail_dtype,
 )
