@@ -20,6 +20,7 @@ from burble.decoding.logits import LogitsProcessor, apply_processors, sample_fro
 from burble.decoding.kv_cache import KVCache
 from burble.decoding.model import AutoregressiveModel, TreeModel
 from burble.decoding.options import DecodingOptions
+from burble.decoding.schedule import DraftSchedule
 from burble.decoding.speculative import Draft, Drafter, verify_greedy, verify_sampling
 from burble.decoding.tree import DraftTree, first_chain, path_prefixes, pruned, verify_greedy_tree
 from burble.decoding.stats import SpeculativeStats
@@ -108,10 +109,11 @@ def generate(
     options: DecodingOptions,
     *,
     processors: Sequence[LogitsProcessor] = (),
-    drafter: Optional[Drafter] = None,
+    drafter: Optional[Drafter | Sequence[Drafter]] = None,
     probe_index: Optional[int] = None,
     generator: Optional[torch.Generator] = None,
     on_tokens: Optional[Callable[[list[list[int]]], None]] = None,
+    schedule: Optional[DraftSchedule] = None,
 ) -> GenerationResult:
     """Decode a continuation of ``prompt`` with greedy search or sampling, optionally speculative.
 
@@ -120,11 +122,17 @@ def generate(
       prompt: ``(B, T0)`` token ids; all rows have the same length.
       options: search options; ``beam_size`` must be 1 here (see :func:`burble.decoding.beam.beam_search`).
       processors: the logits-processor chain, applied to every position before any decision.
-      drafter: a speculative drafter (batch size 1 only); ``None`` decodes one token per pass.
-      probe_index: absolute position whose raw logits to return (Whisper's no-speech probability).
+      drafter: a speculative drafter (batch 1), or one per row: each row drafts, and accepts, its
+        own number of tokens (the model must be a :class:`~burble.decoding.model.RaggedModel`);
+        ``None`` decodes one token per pass.
+      probe_index: absolute position whose raw logits to return (Whisper's no-speech probability;
+        a ragged batch records it only within the prompt).
       generator: random source for sampling.
       on_tokens: called after every pass with each row's newly generated tokens (end of sequence
         excluded), so a consumer can stream them (TTS turns them into audio as they come).
+      schedule: chooses each pass's draft length (at most ``options.draft_length``) from the
+        pass cost and the rows' acceptance, and learns both (:mod:`burble.decoding.schedule`);
+        ``None`` drafts ``options.draft_length`` tokens every pass.
 
     Returns:
       A :class:`GenerationResult`.
@@ -132,14 +140,15 @@ def generate(
     if options.beam_size != 1:
         raise ValueError("generate() does greedy/sampling; use beam_search() for beam_size > 1")
     batch, prompt_len = prompt.shape
-    if drafter is not None and batch != 1:
-        raise ValueError("speculative decoding runs one sequence at a time (batch size 1)")
+    drafters = _row_drafters(drafter, batch, model)
     if prompt_len < 1:
         raise ValueError("the prompt needs at least one token")
     started = time.perf_counter()
     stats = SpeculativeStats()
-    k_max = options.draft_length if drafter is not None else 0
+    k_max = options.draft_length if drafters is not None else 0
     cache = model.new_cache(batch, prompt_len + options.max_new_tokens + k_max + 1)
+    if drafters is not None and batch > 1:
+        cache.zero_()  # rows at different lengths: see KVCache.zero_
     probe = _ProbeRecorder(probe_index)
     eos = options.eos_token_id
     device = prompt.device
@@ -155,39 +164,63 @@ def generate(
     if prompt_len > 1:
         probe.prefill(model, prompt[:, :-1], cache)
         stats.target_passes += 1
-    # Every row's tokens live in one preallocated buffer: ``history[:, :length]`` is the sequence so
-    # far and a pass writes its draft just after it, so each verified position's prefix is a view
-    # (no ``torch.cat`` per position or per pass). Row 0 is mirrored on the host for the drafter.
+    # Every row's tokens live in one preallocated buffer: ``history[b, :lengths[b]]`` is row b's
+    # sequence so far and a pass writes its draft just after it, so each verified position's
+    # prefix is a view (no ``torch.cat`` per position or per pass). Rows that drafted are mirrored
+    # on the host for their drafters. Rows stay at one length unless their drafts are accepted
+    # to different lengths; the cache then holds row b's keys at ``[0, lengths[b] - 1)``.
     history = torch.empty((batch, prompt_len + options.max_new_tokens + k_max + 1), dtype=prompt.dtype, device=device)
     history[:, :prompt_len] = prompt
-    length = prompt_len
-    host_row = prompt[0].tolist()
+    lengths = [prompt_len] * batch
+    host_rows = [prompt[b].tolist() for b in range(batch)] if drafters is not None else []
     tokens: list[list[int]] = [[] for _ in range(batch)]
     logprobs: list[list[float]] = [[] for _ in range(batch)]
     finished = [False] * batch
+    row_accepted, row_misses = [0] * batch, [0] * batch  # the rows' drafting so far (for the schedule)
 
     # A row is active until it finishes or reaches the length limit (row 0 may stop before others).
     while any(not done and len(row) < options.max_new_tokens for done, row in zip(finished, tokens)):
-        room = options.max_new_tokens - len(tokens[0]) - 1
-        draft_tokens: list[int] = []
-        draft_probs = None
+        done_before = [done or len(row) >= options.max_new_tokens for done, row in zip(finished, tokens)]
+        drafts: list[list[int]] = [[] for _ in range(batch)]
+        draft_probs: list[Optional[torch.Tensor]] = [None] * batch
         tree: Optional[DraftTree] = None
-        if drafter is not None and min(k_max, room) > 0:
-            draft = drafter.propose(list(host_row), min(k_max, room), rule)
-            tree_room = cache.max_length - cache.length - 1  # a tree may have more nodes than k
-            draft_tokens, draft_probs, tree = _usable_draft(draft, min(k_max, room), options.temperature, model, tree_room)
+        rooms = [  # the longest draft each row may take
+            0 if done else max(0, min(k_max, options.max_new_tokens - len(row) - 1)) for done, row in zip(done_before, tokens)
+        ]
+        if schedule is not None and drafters is not None:
+            acceptance = [schedule.row_acceptance(a, m) for a, m in zip(row_accepted, row_misses)]
+            k = schedule.draft_length(acceptance, rooms, k_max)
+            rooms = [min(room, k) for room in rooms]
+        for b in range(batch if drafters is not None else 0):
+            if rooms[b] <= 0:
+                continue
+            draft = drafters[b].propose(list(host_rows[b]), rooms[b], rule)  # type: ignore[index]
+            tree_room = cache.max_length - lengths[0] if batch == 1 else 0  # a tree may have more nodes than k
+            drafts[b], draft_probs[b], tree = _usable_draft(draft, rooms[b], options.temperature, model, tree_room)
         if tree is not None:
             n_accepted, emitted, emitted_logprobs = _verify_tree(
-                model, tree, cache, history[:, :length], processors, probe  # type: ignore[arg-type]
+                model, tree, cache, history[:, : lengths[0]], processors, probe  # type: ignore[arg-type]
             )
             stats.target_passes += 1
             stats.record_round(max(tree.depths), n_accepted)
+            accepted = [n_accepted]
         else:
-            n_accepted, emitted, emitted_logprobs = _verify_chain(
-                model, draft_tokens, draft_probs, cache, history, length, processors, probe, options, generator
+            pass_started = time.perf_counter()
+            accepted, emitted, emitted_logprobs = _verify_chain(
+                model, drafts, draft_probs, cache, history, lengths, processors, probe, options, generator
             )
             stats.target_passes += 1
-            stats.record_round(len(draft_tokens), n_accepted)
+            if schedule is not None:
+                schedule.observe_pass(batch, 1 + max(len(d) for d in drafts), time.perf_counter() - pass_started)
+            for b, draft in enumerate(drafts):
+                row_accepted[b] += accepted[b]
+                row_misses[b] += accepted[b] < len(draft)
+            if drafters is None or batch == 1:
+                stats.record_round(len(drafts[0]), accepted[0])
+            else:  # a round per drafting row
+                for b in range(batch):
+                    if not done_before[b]:
+                        stats.record_round(len(drafts[b]), accepted[b])
         # Rows: the accepted draft, then the verifier's token (log-probs under the processed logits).
         counts = [len(row) for row in tokens] if on_tokens is not None else []
         for b in range(batch):
@@ -203,18 +236,47 @@ def generate(
                 tokens[b].append(token)
         if on_tokens is not None:
             on_tokens([row[n:] for row, n in zip(tokens, counts)])
-        width = n_accepted + 1
-        # Finished rows keep feeding end-of-sequence so the batch stays rectangular.
-        new = [[eos] * width if done else row for done, row in zip(finished, emitted)]
-        history[:, length : length + width] = torch.tensor(new, device=device)
-        length += width
-        host_row.extend(new[0])
+        # Without drafts, finished rows keep feeding end-of-sequence so the batch stays at one
+        # length; rows with drafters stand apart anyway, and a done row stays where it is.
+        widths = [n + 1 for n in accepted]
+        if drafters is not None and batch > 1:
+            widths = [0 if done else w for w, done in zip(widths, done_before)]
+        new = [[eos] * w if done else row[:w] for w, done, row in zip(widths, finished, emitted)]
+        if len(set(widths)) == 1 and len(set(lengths)) == 1:  # one copy for the whole batch
+            history[:, lengths[0] : lengths[0] + widths[0]] = torch.tensor(new, device=device)
+        else:
+            for b, row in enumerate(new):
+                history[b, lengths[b] : lengths[b] + widths[b]] = torch.tensor(row, device=device)
+        lengths = [n + w for n, w in zip(lengths, widths)]
+        if len(set(lengths)) == 1:
+            cache.truncate(lengths[0] - 1)  # roll back rejected drafts (ragged rows: by their starts)
+        for host_row, row in zip(host_rows, new):
+            host_row.extend(row)
 
+    if schedule is not None and drafters is not None:
+        schedule.observe_decode(sum(row_accepted), sum(row_misses))
     stats.generated = sum(len(t) for t in tokens)
     stats.decoder_seconds = time.perf_counter() - started
     return GenerationResult(
         tokens=tokens, token_logprobs=logprobs, finished=finished, probe_logits=probe.logits, stats=stats
     )
+
+
+def _row_drafters(
+    drafter: Optional[Drafter | Sequence[Drafter]], batch: int, model: AutoregressiveModel
+) -> Optional[list[Drafter]]:
+    """One drafter per row (or ``None``); a ragged batch needs a model that places rows apart."""
+    if drafter is None:
+        return None
+    if not isinstance(drafter, (list, tuple)):
+        if batch != 1:
+            raise ValueError("a batch of more than one row needs one drafter per row (a sequence of drafters)")
+        return [drafter]  # type: ignore[list-item]
+    if len(drafter) != batch:
+        raise ValueError(f"{len(drafter)} drafters for {batch} rows")
+    if batch > 1 and not hasattr(model, "forward_rows"):
+        raise ValueError("batched speculative decoding needs a model with forward_rows (RaggedModel)")
+    return list(drafter)
 
 
 def _usable_draft(
@@ -240,46 +302,85 @@ def _usable_draft(
 
 def _verify_chain(
     model: AutoregressiveModel,
-    draft_tokens: list[int],
-    draft_probs: Optional[torch.Tensor],
+    drafts: list[list[int]],
+    draft_probs: list[Optional[torch.Tensor]],
     cache: KVCache,
     history: torch.Tensor,
-    length: int,
+    lengths: list[int],
     processors: Sequence[LogitsProcessor],
     probe: _ProbeRecorder,
     options: DecodingOptions,
     generator: Optional[torch.Generator],
-) -> tuple[int, list[list[int]], list[list[float]]]:
-    """One pass over ``[last token] + draft`` (every row); returns what it emits per row."""
+) -> tuple[list[int], list[list[int]], list[list[float]]]:
+    """One pass over each row's ``[last token] + draft``; returns per row the accepted draft
+    length, the emitted tokens and their log-probs.
+
+    Rows at one length run the plain ``forward`` (the cache is cut back to that length first);
+    rows at different lengths (drafts accepted to different lengths) run ``forward_rows``, each
+    from its own position. Rows with shorter drafts are padded with their last token: the logits
+    past a row's draft are never read.
+    """
     device = history.device
-    if draft_tokens:
-        history[:, length : length + len(draft_tokens)] = torch.tensor(draft_tokens, device=device)
-    step_input = history[:, length - 1 : length + len(draft_tokens)]
-    start = cache.length
-    logits = model.forward(step_input, cache)
-    probe.see(start, logits)
+    width = 1 + max(len(d) for d in drafts)
+    for b, draft in enumerate(drafts):
+        end = lengths[b] + width - 1
+        if draft:
+            history[b, lengths[b] : lengths[b] + len(draft)] = torch.tensor(draft, device=device)
+        if lengths[b] + len(draft) < end:
+            history[b, lengths[b] + len(draft) : end] = history[b, lengths[b] - 1]
+    uniform = len(set(lengths)) == 1
+    if uniform:
+        length = lengths[0]
+        cache.truncate(length - 1)
+        step_input = history[:, length - 1 : length - 1 + width]
+        logits = model.forward(step_input, cache)
+        probe.see(length - 1, logits)
+    else:
+        starts = torch.tensor([n - 1 for n in lengths], device=device)
+        step_input = torch.stack([history[b, n - 1 : n - 1 + width] for b, n in enumerate(lengths)])
+        logits = model.forward_rows(step_input, cache, starts)  # type: ignore[attr-defined]
 
     processed = _working_precision(logits).clone()
-    for j in range(step_input.shape[1]):
-        apply_processors(processors, processed[:, j], history[:, : length + j])
+    if uniform:
+        for j in range(width):
+            apply_processors(processors, processed[:, j], history[:, : lengths[0] + j])
+    elif processors:
+        # Rows whose verified positions have prefixes of one length share one call (the chain is
+        # batched; Whisper's timestamp rules cost ~1 ms a call).
+        groups: dict[int, list[tuple[int, int]]] = {}
+        for b, draft in enumerate(drafts):
+            for j in range(len(draft) + 1):
+                groups.setdefault(lengths[b] + j, []).append((b, j))
+        for prefix_length, cells in groups.items():
+            rows = torch.tensor([b for b, _ in cells], device=device)
+            columns = torch.tensor([j for _, j in cells], device=device)
+            chosen = processed[rows, columns]
+            apply_processors(processors, chosen, history[rows, :prefix_length])
+            processed[rows, columns] = chosen
 
-    # ``verified`` is the verifier's token on the host (drafted passes) or per row on the device.
-    verified: int | torch.Tensor
-    if options.temperature == 0:
-        if draft_tokens:
-            n_accepted, verified = verify_greedy(draft_tokens, processed[0])
+    if not any(drafts):  # plain decoding: every row's next token at once, on the device
+        if options.temperature == 0:
+            verified = processed[:, 0].argmax(dim=-1)
         else:
-            n_accepted, verified = 0, processed[:, 0].argmax(dim=-1)
-    else:
-        probs = warp(processed, temperature=options.temperature, top_k=options.top_k, top_p=options.top_p)
-        if draft_tokens:
-            n_accepted, verified = verify_sampling(draft_tokens, draft_probs, probs[0], generator)
-        else:
-            n_accepted = 0
+            probs = warp(processed[:, :1], temperature=options.temperature, top_k=options.top_k, top_p=options.top_p)
             verified = sample_from(probs[:, 0], generator)
-    emitted, logprobs = _emitted_with_logprobs(processed, draft_tokens[:n_accepted], verified)
-    cache.truncate(start + 1 + n_accepted)
-    return n_accepted, emitted, logprobs
+        emitted, logprobs = _emitted_with_logprobs(processed, [], verified)
+        return [0] * len(drafts), emitted, logprobs
+    if options.temperature != 0:
+        probs = warp(processed, temperature=options.temperature, top_k=options.top_k, top_p=options.top_p)
+    accepted: list[int] = []
+    emitted, logprobs = [], []
+    for b, draft in enumerate(drafts):
+        rows = processed[b, : len(draft) + 1]
+        if options.temperature == 0:
+            n, token = verify_greedy(draft, rows)
+        else:
+            n, token = verify_sampling(draft, draft_probs[b], probs[b, : len(draft) + 1], generator)
+        row_emitted, row_logprobs = _emitted_with_logprobs(processed[b : b + 1], draft[:n], token)
+        accepted.append(n)
+        emitted += row_emitted
+        logprobs += row_logprobs
+    return accepted, emitted, logprobs
 
 
 def _verify_tree(

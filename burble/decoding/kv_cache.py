@@ -118,6 +118,29 @@ class KVCache:
         self.values[layer][:, :, start:end] = v
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
+    def write_rows(self, layer: int, starts: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store row ``b`` of ``k``/``v`` ``(B, H, T, D)`` at positions ``[starts[b], starts[b]+T)``.
+
+        Rows of a batch whose speculative drafts were accepted to different lengths (ragged
+        acceptance) continue from different positions. Returns views of ``[0, max(starts)+T)``:
+        the caller masks each row to its own positions (a row's slots past them hold stale or
+        zero keys, never read unmasked).
+        """
+        steps = k.shape[2]
+        end = int(starts.max()) + steps
+        self.reserve(end)
+        index = starts.to(self.keys[layer].device)[:, None] + torch.arange(steps, device=self.keys[layer].device)
+        index = index[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
+        self.keys[layer].scatter_(2, index, k.to(self.keys[layer].dtype))
+        self.values[layer].scatter_(2, index, v.to(self.values[layer].dtype))
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+    def zero_(self) -> None:
+        """Zero the storage. A ragged batch masks each row's unused slots, but attention still
+        multiplies them by a zero weight: an uninitialised NaN or inf there would poison the row."""
+        for storage in (*self.keys, *self.values):
+            storage.zero_()
+
     def load_prefix(self, source: "KVCache", length: int) -> None:
         """Become a copy of ``source``'s first ``length`` positions (every layer, in this cache's
         dtype); ``length`` is set."""

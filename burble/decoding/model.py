@@ -53,3 +53,14 @@ class TreeModel(AutoregressiveModel, Protocol):
         """Like ``forward``, with ``tokens[:, t]`` at absolute position ``positions[t]`` and
         ``mask`` ``(T, cache.length + T)`` (True = attend) instead of the causal mask."""
         ...
+
+
+class RaggedModel(AutoregressiveModel, Protocol):
+    """A model whose batch rows may stand at different lengths (batched speculative decoding:
+    each row accepts its own number of drafted tokens)."""
+
+    def forward_rows(self, tokens: torch.Tensor, cache: KVCache, starts: torch.Tensor) -> torch.Tensor:
+        """Like ``forward``, with row ``b`` of ``tokens`` at positions ``[starts[b], starts[b] + T)``:
+        it attends to its own positions ``[0, starts[b] + t]`` only (whatever the cache holds past
+        them is masked). Sets ``cache.length`` to ``max(starts) + T``."""
+        ...

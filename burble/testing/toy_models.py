@@ -91,22 +91,38 @@ class TableModel:
         if any(t < 0 or t >= self.vocab_size for row in rows for t in row):
             raise ValueError(f"token ids must be in [0, {self.vocab_size})")
         self.forward_calls += 1
-        batch, steps = tokens.shape
         start = cache.length
         as_kv = torch.tensor(rows, dtype=self.dtype)[:, None, :, None]
         keys, _ = cache.write(0, start, as_kv, as_kv)
-        cache.length = start + steps
+        cache.length = start + tokens.shape[1]
+        return self._logits_from_cache(keys, [start] * len(rows), tokens.shape[1])
+
+    def forward_rows(self, tokens: torch.Tensor, cache: KVCache, starts: torch.Tensor) -> torch.Tensor:
+        """Like :meth:`forward`, row ``b`` at positions ``[starts[b], starts[b] + T)`` (ragged
+        speculative acceptance: :class:`burble.decoding.model.RaggedModel`)."""
+        if tokens.shape[0] != cache.batch_size or tuple(starts.shape) != (tokens.shape[0],):
+            raise ValueError("one start per row of the cache's batch")
+        if any(t < 0 or t >= self.vocab_size for row in tokens.tolist() for t in row):
+            raise ValueError(f"token ids must be in [0, {self.vocab_size})")
+        self.forward_calls += 1
+        as_kv = tokens.to(self.dtype)[:, None, :, None]
+        keys, _ = cache.write_rows(0, starts, as_kv, as_kv)
+        cache.length = keys.shape[2]
+        return self._logits_from_cache(keys, [int(s) for s in starts.tolist()], tokens.shape[1])
+
+    def _logits_from_cache(self, keys: torch.Tensor, starts: list[int], steps: int) -> torch.Tensor:
+        """Logits of ``steps`` positions per row from ``starts[b]`` on, reading each position's
+        context back from the cache (not from the tokens fed): a stale or misplaced position
+        changes the output. Positions before 0 read as the padding index."""
+        batch = len(starts)
         if self.order == 1:
             return self.table.expand(batch, steps, self.vocab_size).clone()
-        # Read the context back from the cache (not from ``tokens``): a stale or misplaced position
-        # changes the output. Positions before 0 read as the padding index.
         width = self.order - 1
-        first = start - width + 1
-        read = keys[:, 0, max(first, 0) : start + steps, 0].tolist()
-        pad = [self.vocab_size] * max(-first, 0)
         rows_index = []
-        for row in read:
-            context = pad + [int(x) for x in row]
+        for b, start in enumerate(starts):
+            first = start - width + 1
+            read = keys[b, 0, max(first, 0) : start + steps, 0].tolist()
+            context = [self.vocab_size] * max(-first, 0) + [int(x) for x in read]
             for t in range(steps):
                 flat = 0
                 for token in context[t : t + width]:
@@ -114,7 +130,6 @@ class TableModel:
                 rows_index.append(flat)
         picked = self._flat.index_select(0, torch.tensor(rows_index))
         return picked.view(batch, steps, self.vocab_size)
-
 
     def forward_tree(self, tokens: torch.Tensor, cache: KVCache, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Score a draft tree: row ``t`` reads its context from the cache positions ``mask[t]``

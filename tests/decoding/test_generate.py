@@ -23,7 +23,7 @@ from burble.decoding.kv_cache import KVCache
 from burble.decoding.logits import SuppressAtBegin, SuppressTokens
 from burble.decoding.options import DecodingOptions
 from burble.decoding.speculative import Draft, TargetRule
-from burble.testing.toy_models import TableModel, sequence_distribution
+from burble.testing.toy_models import CountingModel, TableModel, sequence_distribution
 
 V = 8
 EOS = 0
@@ -191,8 +191,12 @@ def test_bad_arguments_are_refused():
     model = _target()
     with pytest.raises(ValueError, match="beam"):
         generate(model, torch.tensor([[1]]), DecodingOptions(beam_size=2))
-    with pytest.raises(ValueError, match="batch size 1"):
+    with pytest.raises(ValueError, match="one drafter per row"):
         generate(model, torch.tensor([[1], [2]]), DecodingOptions(), drafter=PromptLookupDrafter())
+    with pytest.raises(ValueError, match="3 drafters for 2 rows"):
+        generate(model, torch.tensor([[1], [2]]), DecodingOptions(), drafter=[PromptLookupDrafter()] * 3)
+    with pytest.raises(ValueError, match="forward_rows"):
+        generate(CountingModel(model), torch.tensor([[1], [2]]), DecodingOptions(), drafter=[PromptLookupDrafter()] * 2)
     with pytest.raises(ValueError, match="at least one token"):
         generate(model, torch.zeros((1, 0), dtype=torch.long), DecodingOptions())
 

@@ -91,14 +91,17 @@ class ResidualAttentionBlock(nn.Module):
         x: torch.Tensor,
         cache: KVCache,
         layer: int,
-        start: int,
+        start: int | torch.Tensor,
         attn_mask: Optional[torch.Tensor] = None,
         capture_heads: Optional[list[int]] = None,
     ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         h = self.attn_ln(x)
         q = self.attn.split_heads(self.attn.query(h))
         k, v = self.attn.project_kv(h)
-        k_all, v_all = cache.write(layer, start, k, v)
+        if isinstance(start, torch.Tensor):  # each row at its own position (ragged batch)
+            k_all, v_all = cache.write_rows(layer, start, k, v)
+        else:
+            k_all, v_all = cache.write(layer, start, k, v)
         out = attention(q, k_all, v_all, is_causal=attn_mask is None, mask=attn_mask)
         x = x + self.attn.out(self.attn.merge_heads(out))
 
@@ -195,6 +198,7 @@ class TextDecoder(nn.Module):
         attn_mask: Optional[torch.Tensor] = None,
         capture: Optional[dict[int, list[int]]] = None,
         positions: Optional[torch.Tensor] = None,
+        row_starts: Optional[torch.Tensor] = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Like :meth:`forward`, but return the final-norm states ``(B, T, D)`` the logits are
         projected from (what multi-token-prediction draft heads read) instead of the logits.
@@ -202,10 +206,20 @@ class TextDecoder(nn.Module):
         Args:
           positions: ``(T,)`` absolute positions of ``tokens`` (a draft tree's nodes share
             depths); default ``cache.length ..``.
+          row_starts: ``(B,)`` each row's own first position (a ragged batch); the rows attend
+            causally to their own positions only, and ``cache.length`` becomes the last row's end.
         """
-        start = cache.length
+        start: int | torch.Tensor = cache.length
         length = tokens.shape[1]
-        if start + length > self.positional_embedding.shape[0]:
+        if row_starts is not None:
+            start = row_starts.to(tokens.device)
+            positions = start[:, None] + torch.arange(length, device=tokens.device)
+            end = int(start.max()) + length
+            # Row b's query t sees keys 0 .. start[b] + t: (B, 1, T, end).
+            attn_mask = torch.arange(end, device=tokens.device)[None, None, None, :] <= positions[:, None, :, None]
+        else:
+            end = start + length
+        if end > self.positional_embedding.shape[0]:
             raise ValueError(f"text context is limited to {self.positional_embedding.shape[0]} tokens")
         if positions is None:
             x = self.token_embedding(tokens) + self.positional_embedding[start : start + length]
@@ -217,7 +231,7 @@ class TextDecoder(nn.Module):
             x, weights = block.forward_decoder(x, cache, layer, start, attn_mask, heads)
             if weights is not None:
                 captured.append(weights)
-        cache.length = start + length
+        cache.length = end
         return self.ln(x), captured
 
     def project_logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -343,6 +357,16 @@ class WhisperTextModel:
         :class:`burble.decoding.model.PrefillModel`); hidden states of all rows stay for drafters."""
         hidden = self._hidden(tokens, cache)
         return self.model.decoder.project_logits(hidden[:, rows])
+
+    @torch.inference_mode()
+    def forward_rows(self, tokens: torch.Tensor, cache: KVCache, starts: torch.Tensor) -> torch.Tensor:
+        """Each row at its own position (:class:`burble.decoding.model.RaggedModel`): rows that
+        accepted different numbers of drafted tokens verify their next drafts in one pass."""
+        if self.record is not None:
+            raise ValueError("recording the cross-attention for word timing needs rows at one position")
+        hidden, _ = self.model.decoder.hidden_states(tokens, cache, num_layers=self.num_layers, row_starts=starts)
+        self._last_hidden = (0, None)  # per-row positions: nothing a batch-1 MTP drafter may read
+        return self.model.decoder.project_logits(hidden)
 
     @torch.inference_mode()
     def forward_tree(self, tokens: torch.Tensor, cache: KVCache, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
