@@ -163,6 +163,32 @@ def test_a_pause_does_not_commit_a_doubtful_word_the_previous_decode_lacked(asr,
     assert "like your country" in eager.committed_text().lower(), eager.committed_text()
 
 
+@pytest.mark.parametrize("agreement", [True, False])
+def test_an_utterances_first_words_wait_for_a_second_decode_that_agrees(asr, monkeypatch, agreement):
+    """Before the window holds ``alignatt_first_commit_seconds`` (1.5 s), a final word is one the
+    decode before had too (in its partial): JFK in 0.25 s pieces commits "And" at 1.25 s. Control:
+    when no two decodes ever agree (words compared as distinct objects), nothing is committed
+    before 1.5 s, so the early commits come from the agreement."""
+    import burble.streaming.recognizer as recognizer_module
+
+    if not agreement:
+        monkeypatch.setattr(recognizer_module, "normalize_word", lambda word: object())
+    audio = load_audio("examples/jfk.wav")
+    recognizer = RecognizerChoice(encoder="cache-aware").build(asr, StreamingOptions())
+    step, previous, unconfirmed, early = 4000, [], 0, 0
+    for start in range(0, 3 * 16000, step):
+        events = recognizer.accept(audio[start : start + step], start)
+        finals = [w.word for e in events if e.type == "final" for w in e.words]
+        if start + step < 1.5 * 16000:
+            early += len(finals)
+            unconfirmed += sum(1 for i, w in enumerate(finals) if i >= len(previous) or previous[i] != w)
+        partial = [e for e in events if e.type == "partial"]
+        previous = [w.word for w in partial[-1].words] if partial else []
+    assert recognizer._utterance_words, "words were committed by 3 s"
+    assert unconfirmed == 0
+    assert (early > 0) == agreement
+
+
 def test_a_short_tail_that_whisper_calls_no_speech_commits_nothing(asr, monkeypatch):
     """JFK (beam 5, a hotword): "... for your country." is committed at the pause (10.79 s), then
     the VAD keeps 0.21 s more (speech may have resumed). Decoded alone, that tail reads "Thank
