@@ -9,7 +9,11 @@ Per N:
 
 - final-word latency: arrival time of a committed word (client clock, from the first frame
   sent) minus the word's end in the audio; p50 / p95 over all final words of all clients;
-- WER of the committed text against the references (it degrades if audio is dropped);
+- WER of the committed text against the references (it degrades if audio is dropped), and the
+  same clients' audio through ``burble stream --fast`` one at a time ("alone": the same recognizer,
+  VAD and chunk, in this process, no clock): the ratio is issue 14's "WER at N <= 1.1x WER at
+  N = 1" on the same audio (each level's clients hear different recordings, so comparing the
+  levels' WER with each other compares recordings, not load);
 - compute RTF: server CPU seconds per second of audio received (all sessions);
 - CPU: server CPU seconds per wall second (cores busy); RSS of the server process;
 - dropped audio (real-time sessions lose their oldest audio when recognition falls behind).
@@ -167,6 +171,57 @@ def client_audio(items, k: int, seconds: float) -> tuple[np.ndarray, str]:
     return np.concatenate(pieces), " ".join(refs)
 
 
+def alone_wer(streams: list[tuple[np.ndarray, str]], *, model: str, dtype: str, chunk: float) -> float:
+    """WER of each stream through ``burble stream --fast`` (same recognizer defaults, VAD, chunk), one
+    at a time in this process: what each client would get with the server to itself."""
+    import burble
+    from burble.audio.vad import VADOptions
+    from burble.streaming.factory import RecognizerChoice
+    from burble.streaming.loop import PipelineOptions, asr_pipeline
+    from burble.streaming.recognizer import StreamingOptions
+    from burble.streaming.sources import ArraySource
+
+    asr = _alone_model(model, dtype)
+    pairs = []
+    for audio, ref in streams:
+        sink = _FinalText()
+        recognizer = RecognizerChoice().build(asr, StreamingOptions())
+        pipeline = asr_pipeline(
+            ArraySource(audio, realtime=False), recognizer, [sink], vad=VADOptions(), options=PipelineOptions(chunk_seconds=chunk)
+        )
+        asyncio.run(pipeline.run())
+        pairs.append((ref, sink.committed_text()))
+    return corpus_wer(pairs)
+
+
+class _FinalText:
+    """A sink that keeps the committed (``final``) text."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def write(self, event) -> None:
+        if event.type == "final":
+            self.parts.append(event.text)
+
+    def close(self) -> None:
+        pass
+
+    def committed_text(self) -> str:
+        return "".join(self.parts)
+
+
+_ALONE_MODELS: dict = {}
+
+
+def _alone_model(model: str, dtype: str):
+    import burble
+
+    if (model, dtype) not in _ALONE_MODELS:
+        _ALONE_MODELS[(model, dtype)] = burble.load_model(model, dtype=dtype)
+    return _ALONE_MODELS[(model, dtype)]
+
+
 # --------------------------------------------------------------------------------- benchmark
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
@@ -220,12 +275,13 @@ def main(argv=None) -> int:
             latencies = [x for r in results for x in r.latencies]
             errors = [r.error for r in results if r.error]
             wer = corpus_wer([(ref, r.text) for (_, ref), r in zip(streams, results)])
+            alone = alone_wer(streams, model=args.model, dtype=args.dtype, chunk=args.chunk)  # after the clients: no load
             p50, p95 = percentile(latencies, 50), percentile(latencies, 95)
             realtime = not errors and dropped == 0 and p95 <= args.max_latency
             best = n if realtime and n > best else best
             rows.append([
                 n, f"{p50:.2f}", f"{p95:.2f}", f"{max(latencies, default=float('nan')):.2f}", f"{wer:.3f}",
-                f"{cpu / audio_s:.3f}" if audio_s else "-", f"{cpu / wall:.2f}", f"{dropped:.1f}",
+                f"{alone:.3f}", f"{wer / alone:.2f}" if alone else "-", f"{cpu / audio_s:.3f}" if audio_s else "-", f"{cpu / wall:.2f}", f"{dropped:.1f}",
                 f"{max(r.finished_after for r in results):.1f}", f"{rss:.0f} / {peak:.0f}",
                 "yes" if realtime else "no" + (f" ({len(errors)} errors)" if errors else ""),
             ])  # fmt: skip
@@ -236,7 +292,7 @@ def main(argv=None) -> int:
         server.stop()
 
     header = [
-        "clients", "final-word latency p50 (s)", "p95 (s)", "max (s)", "WER", "compute RTF (CPU s / audio s)",
+        "clients", "final-word latency p50 (s)", "p95 (s)", "max (s)", "WER", "WER alone", "WER / alone", "compute RTF (CPU s / audio s)",
         "server CPU (cores)", "dropped audio (s)", "close after end (s)", "RSS now / peak (MiB)", "real time",
     ]  # fmt: skip
     slots = args.compute_slots or os.cpu_count()
@@ -244,7 +300,8 @@ def main(argv=None) -> int:
         f"`burble serve --model {args.model} --chunk {args.chunk} --dtype {args.dtype}` with {slots} compute slots and "
         f"{args.threads or 'default'} torch threads, in its own process; N clients on loopback each stream "
         f"~{args.seconds:.0f} s of dev speech (joined with 1 s pauses) in real time (100 ms frames). Latency: "
-        f"arrival of each final word minus its end in the audio. Real time: nothing dropped and p95 <= "
+        f"arrival of each final word minus its end in the audio. WER alone: the same clients' audio through "
+        f"`burble stream --fast`, one at a time. Real time: nothing dropped and p95 <= "
         f"{args.max_latency:g} s. Idle server RSS after loading: {idle_rss:.0f} MiB.\n\n"
         + markdown_table(header, rows)
         + f"\n\nLargest N that stays real time: **{best}**.\n"
