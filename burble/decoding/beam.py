@@ -110,7 +110,7 @@ def beam_search(
     beam = options.beam_size
     prompt_len = prompt.shape[1]
     cache = model.new_cache(1, prompt_len + options.max_new_tokens + 1)
-    probe = _ProbeRecorder(probe_index)
+    probe = _ProbeRecorder([probe_index])  # the prompt is one row until the beams split
     if prompt_len > 1:
         probe.prefill(model, prompt[:, :-1], cache)
         stats.target_passes += 1
@@ -131,7 +131,7 @@ def beam_search(
         start = cache.length
         logits = model.forward(sequences[:, -1:], cache)[:, -1]
         stats.target_passes += 1
-        probe.see(start, logits[:1, None])
+        probe.see([start], logits[:1, None])
         apply_processors(rules, logits, sequences)
         logprobs = F.log_softmax(logits.float(), dim=-1).double()
         scores = sum_logprobs[:, None] + logprobs

@@ -51,32 +51,40 @@ class GenerationResult:
 
 
 class _ProbeRecorder:
-    """Keeps the raw logits at one absolute position, whichever pass produces them."""
+    """Keeps each row's raw logits at its own absolute position, whichever pass produces them."""
 
-    def __init__(self, index: Optional[int]) -> None:
-        self.index = index
+    def __init__(self, indices: list[Optional[int]]) -> None:
+        self.indices = indices
         self.logits: Optional[torch.Tensor] = None
 
-    def see(self, start: int, logits: torch.Tensor) -> None:
-        if self.index is not None and start <= self.index < start + logits.shape[1]:
-            self.logits = logits[:, self.index - start].clone()
+    def _keep(self, b: int, row_logits: torch.Tensor) -> None:
+        if self.logits is None:
+            self.logits = torch.full((len(self.indices), row_logits.shape[-1]), float("nan"), dtype=row_logits.dtype, device=row_logits.device)
+        self.logits[b] = row_logits
+
+    def see(self, starts: Sequence[int], logits: torch.Tensor) -> None:
+        """A pass that fed row ``b`` at positions ``starts[b] ..`` returned ``logits`` ``(B, T, V)``."""
+        for b, (index, start) in enumerate(zip(self.indices, starts)):
+            if index is not None and start <= index < start + logits.shape[1]:
+                self._keep(b, logits[b, index - start])
 
     def prefill(self, model: AutoregressiveModel, tokens: torch.Tensor, cache: KVCache) -> None:
         """Run a prompt's ``tokens`` into ``cache``, keeping only the logits this probe needs.
 
-        A :class:`~burble.decoding.model.PrefillModel` projects just the probe's row (if the
-        probe lies in the prompt) instead of every prompt row: with Whisper's previous-text
-        prompt (up to 224 tokens) that projection was the largest single cost of a window's decode.
+        A :class:`~burble.decoding.model.PrefillModel` projects just the probes' rows (if they
+        lie in the prompt) instead of every prompt row: with Whisper's previous-text prompt (up
+        to 224 tokens) that projection was the largest single cost of a window's decode.
         """
         start = cache.length
         prefill = getattr(model, "prefill", None)
         if prefill is None:
-            self.see(start, model.forward(tokens, cache))
+            self.see([start] * len(self.indices), model.forward(tokens, cache))
             return
-        inside = self.index is not None and start <= self.index < start + tokens.shape[1]
-        logits = prefill(tokens, cache, [self.index - start] if inside else [])
-        if inside:
-            self.logits = logits[:, 0].clone()
+        inside = sorted({i - start for i in self.indices if i is not None and start <= i < start + tokens.shape[1]})
+        logits = prefill(tokens, cache, inside)
+        for b, index in enumerate(self.indices):
+            if index is not None and index - start in inside:
+                self._keep(b, logits[b, inside.index(index - start)])
 
 
 def _working_precision(logits: torch.Tensor) -> torch.Tensor:
@@ -110,29 +118,35 @@ def generate(
     *,
     processors: Sequence[LogitsProcessor] = (),
     drafter: Optional[Drafter | Sequence[Drafter]] = None,
-    probe_index: Optional[int] = None,
+    probe_index: Optional[int | Sequence[Optional[int]]] = None,
     generator: Optional[torch.Generator] = None,
     on_tokens: Optional[Callable[[list[list[int]]], None]] = None,
     schedule: Optional[DraftSchedule] = None,
+    prompt_lengths: Optional[Sequence[int]] = None,
+    row_processors: Optional[Sequence[Sequence[LogitsProcessor]]] = None,
 ) -> GenerationResult:
     """Decode a continuation of ``prompt`` with greedy search or sampling, optionally speculative.
 
     Args:
       model: the target model (see :class:`AutoregressiveModel`).
-      prompt: ``(B, T0)`` token ids; all rows have the same length.
+      prompt: ``(B, T0)`` token ids; rows of different lengths are right-padded (``prompt_lengths``).
       options: search options; ``beam_size`` must be 1 here (see :func:`burble.decoding.beam.beam_search`).
       processors: the logits-processor chain, applied to every position before any decision.
       drafter: a speculative drafter (batch 1), or one per row: each row drafts, and accepts, its
         own number of tokens (the model must be a :class:`~burble.decoding.model.RaggedModel`);
         ``None`` decodes one token per pass.
-      probe_index: absolute position whose raw logits to return (Whisper's no-speech probability;
-        a ragged batch records it only within the prompt).
+      probe_index: absolute position whose raw logits to return (Whisper's no-speech
+        probability), or one per row.
       generator: random source for sampling.
       on_tokens: called after every pass with each row's newly generated tokens (end of sequence
         excluded), so a consumer can stream them (TTS turns them into audio as they come).
       schedule: chooses each pass's draft length (at most ``options.draft_length``) from the
         pass cost and the rows' acceptance, and learns both (:mod:`burble.decoding.schedule`);
         ``None`` drafts ``options.draft_length`` tokens every pass.
+      prompt_lengths: each row's prompt length (rows of different streams: different previous
+        text); the rows then stand at different lengths from the start (a ``RaggedModel``).
+      row_processors: a processor chain per row instead of ``processors`` (rows whose prompts,
+        hence whose processors' notion of where the text begins, differ).
 
     Returns:
       A :class:`GenerationResult`.
@@ -140,29 +154,39 @@ def generate(
     if options.beam_size != 1:
         raise ValueError("generate() does greedy/sampling; use beam_search() for beam_size > 1")
     batch, prompt_len = prompt.shape
+    lengths = _prompt_lengths(prompt_lengths, prompt, model)
     drafters = _row_drafters(drafter, batch, model)
-    if prompt_len < 1:
-        raise ValueError("the prompt needs at least one token")
+    if row_processors is not None and (processors or len(row_processors) != batch):
+        raise ValueError("row_processors needs one chain per row (and no shared processors)")
+    chains = list(row_processors) if row_processors is not None else [processors] * batch
     started = time.perf_counter()
     stats = SpeculativeStats()
     k_max = options.draft_length if drafters is not None else 0
     cache = model.new_cache(batch, prompt_len + options.max_new_tokens + k_max + 1)
-    if drafters is not None and batch > 1:
+    if batch > 1 and (drafters is not None or len(set(lengths)) > 1):
         cache.zero_()  # rows at different lengths: see KVCache.zero_
-    probe = _ProbeRecorder(probe_index)
+    indices = list(probe_index) if isinstance(probe_index, (list, tuple)) else [probe_index] * batch
+    if len(indices) != batch:
+        raise ValueError(f"{len(indices)} probe indices for {batch} rows")
+    probe = _ProbeRecorder(indices)  # type: ignore[arg-type]
     eos = options.eos_token_id
     device = prompt.device
 
-    def rule(logits: torch.Tensor, prefix: Sequence[int]) -> torch.Tensor:
-        processed = _working_precision(logits).clone().unsqueeze(0)
-        if processors:  # drafters call this per drafted token: no prefix tensor when nothing reads it
-            apply_processors(processors, processed, torch.tensor([list(prefix)], device=device))
-        if options.temperature == 0:
-            return processed[0]
-        return warp(processed[0], temperature=options.temperature, top_k=options.top_k, top_p=options.top_p)
+    def rule_of(chain: Sequence[LogitsProcessor]) -> Callable[[torch.Tensor, Sequence[int]], torch.Tensor]:
+        def rule(logits: torch.Tensor, prefix: Sequence[int]) -> torch.Tensor:
+            processed = _working_precision(logits).clone().unsqueeze(0)
+            if chain:  # drafters call this per drafted token: no prefix tensor when nothing reads it
+                apply_processors(chain, processed, torch.tensor([list(prefix)], device=device))
+            if options.temperature == 0:
+                return processed[0]
+            return warp(processed[0], temperature=options.temperature, top_k=options.top_k, top_p=options.top_p)
 
-    if prompt_len > 1:
-        probe.prefill(model, prompt[:, :-1], cache)
+        return rule
+
+    rules = [rule_of(chain) for chain in chains] if drafters is not None else []
+
+    if max(lengths) > 1:  # every row's prompt but its last token (a shorter row's extra slots are rewritten)
+        probe.prefill(model, prompt[:, : max(lengths) - 1], cache)
         stats.target_passes += 1
     # Every row's tokens live in one preallocated buffer: ``history[b, :lengths[b]]`` is row b's
     # sequence so far and a pass writes its draft just after it, so each verified position's
@@ -171,8 +195,7 @@ def generate(
     # to different lengths; the cache then holds row b's keys at ``[0, lengths[b] - 1)``.
     history = torch.empty((batch, prompt_len + options.max_new_tokens + k_max + 1), dtype=prompt.dtype, device=device)
     history[:, :prompt_len] = prompt
-    lengths = [prompt_len] * batch
-    host_rows = [prompt[b].tolist() for b in range(batch)] if drafters is not None else []
+    host_rows = [prompt[b, :n].tolist() for b, n in enumerate(lengths)] if drafters is not None else []
     tokens: list[list[int]] = [[] for _ in range(batch)]
     logprobs: list[list[float]] = [[] for _ in range(batch)]
     finished = [False] * batch
@@ -194,12 +217,12 @@ def generate(
         for b in range(batch if drafters is not None else 0):
             if rooms[b] <= 0:
                 continue
-            draft = drafters[b].propose(list(host_rows[b]), rooms[b], rule)  # type: ignore[index]
+            draft = drafters[b].propose(list(host_rows[b]), rooms[b], rules[b])  # type: ignore[index]
             tree_room = cache.max_length - lengths[0] if batch == 1 else 0  # a tree may have more nodes than k
             drafts[b], draft_probs[b], tree = _usable_draft(draft, rooms[b], options.temperature, model, tree_room)
         if tree is not None:
             n_accepted, emitted, emitted_logprobs = _verify_tree(
-                model, tree, cache, history[:, : lengths[0]], processors, probe  # type: ignore[arg-type]
+                model, tree, cache, history[:, : lengths[0]], chains[0], probe  # type: ignore[arg-type]
             )
             stats.target_passes += 1
             stats.record_round(max(tree.depths), n_accepted)
@@ -207,7 +230,7 @@ def generate(
         else:
             pass_started = time.perf_counter()
             accepted, emitted, emitted_logprobs = _verify_chain(
-                model, drafts, draft_probs, cache, history, lengths, processors, probe, options, generator
+                model, drafts, draft_probs, cache, history, lengths, chains, probe, options, generator
             )
             stats.target_passes += 1
             if schedule is not None:
@@ -262,6 +285,22 @@ def generate(
     )
 
 
+def _prompt_lengths(prompt_lengths: Optional[Sequence[int]], prompt: torch.Tensor, model: AutoregressiveModel) -> list[int]:
+    """Each row's prompt length; rows of different lengths need a model that places rows apart."""
+    batch, width = prompt.shape
+    if prompt_lengths is None:
+        lengths = [width] * batch
+    else:
+        lengths = [int(n) for n in prompt_lengths]
+        if len(lengths) != batch or any(not 1 <= n <= width for n in lengths):
+            raise ValueError(f"prompt_lengths needs one length in [1, {width}] per row ({batch} rows)")
+    if min(lengths, default=0) < 1:
+        raise ValueError("the prompt needs at least one token")
+    if len(set(lengths)) > 1 and not hasattr(model, "forward_rows"):
+        raise ValueError("prompts of different lengths need a model with forward_rows (RaggedModel)")
+    return lengths
+
+
 def _row_drafters(
     drafter: Optional[Drafter | Sequence[Drafter]], batch: int, model: AutoregressiveModel
 ) -> Optional[list[Drafter]]:
@@ -307,7 +346,7 @@ def _verify_chain(
     cache: KVCache,
     history: torch.Tensor,
     lengths: list[int],
-    processors: Sequence[LogitsProcessor],
+    chains: list[Sequence[LogitsProcessor]],
     probe: _ProbeRecorder,
     options: DecodingOptions,
     generator: Optional[torch.Generator],
@@ -334,28 +373,30 @@ def _verify_chain(
         cache.truncate(length - 1)
         step_input = history[:, length - 1 : length - 1 + width]
         logits = model.forward(step_input, cache)
-        probe.see(length - 1, logits)
+        probe.see([length - 1] * len(lengths), logits)
     else:
         starts = torch.tensor([n - 1 for n in lengths], device=device)
         step_input = torch.stack([history[b, n - 1 : n - 1 + width] for b, n in enumerate(lengths)])
         logits = model.forward_rows(step_input, cache, starts)  # type: ignore[attr-defined]
+        probe.see([n - 1 for n in lengths], logits)
 
     processed = _working_precision(logits).clone()
-    if uniform:
+    shared = all(chain is chains[0] for chain in chains)
+    if uniform and shared:
         for j in range(width):
-            apply_processors(processors, processed[:, j], history[:, : lengths[0] + j])
-    elif processors:
-        # Rows whose verified positions have prefixes of one length share one call (the chain is
-        # batched; Whisper's timestamp rules cost ~1 ms a call).
-        groups: dict[int, list[tuple[int, int]]] = {}
+            apply_processors(chains[0], processed[:, j], history[:, : lengths[0] + j])
+    elif any(chains):
+        # Rows whose verified positions have prefixes of one length and one chain share a call
+        # (the chain is batched; Whisper's timestamp rules cost ~1 ms a call).
+        groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
         for b, draft in enumerate(drafts):
-            for j in range(len(draft) + 1):
-                groups.setdefault(lengths[b] + j, []).append((b, j))
-        for prefix_length, cells in groups.items():
+            for j in range(len(draft) + 1 if not uniform else width):
+                groups.setdefault((lengths[b] + j, id(chains[b])), []).append((b, j))
+        for (prefix_length, _), cells in groups.items():
             rows = torch.tensor([b for b, _ in cells], device=device)
             columns = torch.tensor([j for _, j in cells], device=device)
             chosen = processed[rows, columns]
-            apply_processors(processors, chosen, history[rows, :prefix_length])
+            apply_processors(chains[cells[0][0]], chosen, history[rows, :prefix_length])
             processed[rows, columns] = chosen
 
     if not any(drafts):  # plain decoding: every row's next token at once, on the device
@@ -401,7 +442,7 @@ def _verify_tree(
         apply_processors(processors, processed[:, j], prefix)
     path, verified = verify_greedy_tree(tree, processed[0])
     rows = [0] + [1 + node for node in path]
-    probe.see(start, logits[:, rows])
+    probe.see([start], logits[:, rows])
     emitted, logprobs = _emitted_with_logprobs(processed[:, rows], [tree.tokens[n] for n in path], verified)
     cache.compact(start + 1, [start + 1 + node for node in path])
     cache.truncate(start + 1 + len(path))

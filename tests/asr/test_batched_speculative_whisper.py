@@ -86,3 +86,43 @@ def test_ragged_rows_are_caught_when_placed_wrong(asr, windows, monkeypatch):
     monkeypatch.setattr(TextDecoder, "hidden_states", shared_start)
     drafters = [PreviousHypothesisDrafter(_wrong_at(tokens, b)) for b, tokens in enumerate(plain.tokens)]
     assert _decode(asr, features, drafters).tokens != plain.tokens
+
+
+def test_windows_of_different_streams_in_one_batch_match_each_decoded_alone(asr, windows):
+    """What a streaming engine batches: windows whose prompts (previous text) differ in length,
+    each with its own processor chain, no-speech probe and record of the alignment heads' scores
+    (word timing), drafted from their own hypotheses."""
+    from burble.asr.whisper.attention_record import CrossAttentionRecord, heads_by_layer
+
+    whisper, tokenizer = asr.whisper, asr.tokenizer
+    histories = ["", " And so my fellow Americans.", " He hoped there would be stew for dinner.", " Printing."]
+    prompts = [asr.build_prompt(tokenizer.encode(h) if h else [], GREEDY) for h in histories]
+    features = windows[: len(prompts)]
+    width = max(len(p) for p in prompts)
+    padded = torch.tensor([p + [tokenizer.eot] * (width - len(p)) for p in prompts])
+    options = decoding_options(whisper, max(prompts, key=len), GREEDY, 0.0)
+    chains = [window_processors(whisper, p, GREEDY) for p in prompts]
+    probes = [p.index(tokenizer.sot) for p in prompts]
+    heads = heads_by_layer(whisper.model.alignment_heads)
+    alone, records = [], []
+    with torch.inference_mode():
+        for b, p in enumerate(prompts):
+            text_model = whisper.text_model(features[b : b + 1])
+            text_model.record = CrossAttentionRecord(heads)
+            alone.append(generate(text_model, torch.tensor([p]), options, processors=chains[b], probe_index=probes[b]))
+            records.append(text_model.record)
+        drafters = [PreviousHypothesisDrafter(_wrong_at(a.tokens[0], b)) for b, a in enumerate(alone)]
+        text_model = whisper.text_model(features)
+        text_model.row_records = [CrossAttentionRecord(heads) for _ in prompts]
+        batched = generate(
+            text_model, padded, options, prompt_lengths=[len(p) for p in prompts],
+            row_processors=chains, probe_index=probes, drafter=drafters,
+        )  # fmt: skip
+    for b, result in enumerate(alone):
+        assert batched.tokens[b] == result.tokens[0], b
+        assert torch.allclose(batched.probe_logits[b], result.probe_logits[0], atol=1e-3)
+        sequence = prompts[b] + result.tokens[0]
+        ours = text_model.row_records[b].scores(sequence, probes[b], len(sequence))
+        theirs = records[b].scores(sequence, probes[b], len(sequence))
+        assert ours is not None and theirs is not None and torch.allclose(ours, theirs, atol=1e-3), b
+    assert len({len(p) for p in prompts}) == len(prompts) and batched.stats.accepted > 0

@@ -175,3 +175,38 @@ def test_batched_wrong_verifier_is_rejected(monkeypatch):
     counts, _ = _batched_counts()
     result = chi_square_gof(counts, _exact())
     assert result.p_value < ALPHA, result
+
+
+# ----------------------------------------------------------------------------- rows of different streams
+
+
+def test_rows_with_prompts_processors_and_probes_of_their_own_match_each_row_alone():
+    """Rows of different streams: prompts of different lengths (right-padded), a processor chain
+    and a probe position each, with and without drafts: each row as if decoded alone."""
+    from burble.decoding.logits import SuppressAtBegin
+
+    prompts = [[1, 4, 2, 5, 0], [3], [0, 0, 1], [2, 2, 2, 2, 2, 4, 1]]
+    width = max(len(p) for p in prompts)
+    padded = torch.tensor([p + [0] * (width - len(p)) for p in prompts])
+    chains = [(SuppressAtBegin([b], sample_begin=len(p)),) for b, p in enumerate(prompts)]
+    probes = [len(p) - 1 for p in prompts]  # each row's last prompt position
+    options = DecodingOptions(max_new_tokens=12, draft_length=3, eos_token_id=5)
+    for drafters in (None, [ModelDrafter(_target()), _FixedDrafter([0, 1]), PromptLookupDrafter(), _FixedDrafter([])]):
+        batched = generate(
+            _target(), padded, options, prompt_lengths=[len(p) for p in prompts], row_processors=chains,
+            probe_index=probes, drafter=drafters,
+        )  # fmt: skip
+        for b, prompt in enumerate(prompts):
+            alone = generate(_target(), torch.tensor([prompt]), options, processors=chains[b], probe_index=probes[b])
+            assert batched.tokens[b] == alone.tokens[0], (b, drafters is not None)
+            assert batched.finished[b] == alone.finished[0]
+            assert torch.equal(batched.probe_logits[b], alone.probe_logits[0])
+
+
+def test_prompts_of_different_lengths_are_refused_without_forward_rows():
+    from burble.testing.toy_models import CountingModel
+
+    with pytest.raises(ValueError, match="forward_rows"):
+        generate(CountingModel(_target()), torch.tensor([[1, 2], [3, 0]]), DecodingOptions(), prompt_lengths=[2, 1])
+    with pytest.raises(ValueError, match="one chain per row"):
+        generate(_target(), torch.tensor([[1, 2], [3, 0]]), DecodingOptions(), row_processors=[()])

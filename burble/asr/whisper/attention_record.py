@@ -11,8 +11,10 @@ A speculative pass also computes rows after draft tokens that verification rejec
 used only if the pass that computed it fed the final tokens from its first position through that
 row: the positions before a pass are accepted tokens in the cache, which never change, so such a
 row is exactly the row of the final text. A row no recorded pass computed that way (the last token
-of a decode cut at its token limit, a batched or static-shape pass) makes
-:meth:`CrossAttentionRecord.scores` return ``None``, and the caller runs the timing pass.
+of a decode cut at its token limit, a static-shape pass) makes
+:meth:`CrossAttentionRecord.scores` return ``None``, and the caller runs the timing pass. A batch
+of different windows keeps one record per row (``WhisperTextModel.row_records``), each row's
+passes from its own position.
 """
 
 from __future__ import annotations

@@ -298,6 +298,7 @@ class WhisperTextModel:
       record: set it to a :class:`~burble.asr.whisper.attention_record.CrossAttentionRecord` to
         keep its heads' cross-attention scores of every linear pass (word timing without a pass
         of its own).
+      row_records: one record per row instead (a batch of different windows).
     """
 
     def __init__(
@@ -309,6 +310,7 @@ class WhisperTextModel:
         self.num_layers = num_layers or model.dims.n_text_layer
         self.vocab_size = model.dims.n_vocab
         self.record: Optional[CrossAttentionRecord] = None
+        self.row_records: Optional[list[CrossAttentionRecord]] = None
         if cross is not None and len(cross) < self.num_layers:
             raise ValueError(f"{len(cross)} layers of cross-attention K/V for a {self.num_layers}-layer decoder")
         self._cross = list(cross[: self.num_layers]) if cross is not None else model.decoder.cross_kv(audio_features, self.num_layers)
@@ -318,7 +320,7 @@ class WhisperTextModel:
         view = WhisperTextModel.__new__(WhisperTextModel)
         view.model, view.audio_features, view.vocab_size = self.model, self.audio_features, self.vocab_size
         view.num_layers = num_layers
-        view.record = None  # drafts are not the text
+        view.record, view.row_records = None, None  # drafts are not the text
         view._cross = self._cross[:num_layers]
         return view
 
@@ -339,13 +341,24 @@ class WhisperTextModel:
     def _hidden(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """The decoder's final-norm states of a linear pass (recorded, if asked)."""
         start = cache.length
-        capture = self.record.heads if self.record is not None else None
-        hidden, weights = self.model.decoder.hidden_states(tokens, cache, num_layers=self.num_layers, capture=capture)
-        if self.record is not None:
-            self.record.add(start, tokens, weights)
+        hidden, weights = self.model.decoder.hidden_states(tokens, cache, num_layers=self.num_layers, capture=self._capture())
+        self._record([start] * tokens.shape[0], tokens, weights)
         # Kept for multi-token-prediction drafting (burble.decoding.mtp): a reference, no copy.
         self._last_hidden = (start, hidden)
         return hidden
+
+    def _capture(self) -> Optional[dict[int, list[int]]]:
+        if self.record is not None:
+            return self.record.heads
+        return self.row_records[0].heads if self.row_records else None
+
+    def _record(self, starts: list[int], tokens: torch.Tensor, weights: list[torch.Tensor]) -> None:
+        """Keep a pass's captured scores: in ``record`` (one row), or per row in ``row_records``
+        (a batch of different streams' windows, each row from its own position)."""
+        if self.record is not None:
+            self.record.add(starts[0], tokens, weights)
+        for b, record in enumerate(self.row_records or []):
+            record.add(starts[b], tokens[b : b + 1], [w[b : b + 1] for w in weights])
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
@@ -362,9 +375,10 @@ class WhisperTextModel:
     def forward_rows(self, tokens: torch.Tensor, cache: KVCache, starts: torch.Tensor) -> torch.Tensor:
         """Each row at its own position (:class:`burble.decoding.model.RaggedModel`): rows that
         accepted different numbers of drafted tokens verify their next drafts in one pass."""
-        if self.record is not None:
-            raise ValueError("recording the cross-attention for word timing needs rows at one position")
-        hidden, _ = self.model.decoder.hidden_states(tokens, cache, num_layers=self.num_layers, row_starts=starts)
+        hidden, weights = self.model.decoder.hidden_states(
+            tokens, cache, num_layers=self.num_layers, capture=self._capture(), row_starts=starts
+        )
+        self._record(starts.tolist(), tokens, weights)
         self._last_hidden = (0, None)  # per-row positions: nothing a batch-1 MTP drafter may read
         return self.model.decoder.project_logits(hidden)
 
