@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import re
@@ -174,7 +175,6 @@ def client_audio(items, k: int, seconds: float) -> tuple[np.ndarray, str]:
 def alone_wer(streams: list[tuple[np.ndarray, str]], *, model: str, dtype: str, chunk: float) -> float:
     """WER of each stream through ``burble stream --fast`` (same recognizer defaults, VAD, chunk), one
     at a time in this process: what each client would get with the server to itself."""
-    import burble
     from burble.audio.vad import VADOptions
     from burble.streaming.factory import RecognizerChoice
     from burble.streaming.loop import PipelineOptions, asr_pipeline
@@ -211,15 +211,11 @@ class _FinalText:
         return "".join(self.parts)
 
 
-_ALONE_MODELS: dict = {}
-
-
+@functools.lru_cache(maxsize=None)
 def _alone_model(model: str, dtype: str):
     import burble
 
-    if (model, dtype) not in _ALONE_MODELS:
-        _ALONE_MODELS[(model, dtype)] = burble.load_model(model, dtype=dtype)
-    return _ALONE_MODELS[(model, dtype)]
+    return burble.load_model(model, dtype=dtype)
 
 
 # --------------------------------------------------------------------------------- benchmark

@@ -56,6 +56,8 @@ class _ProbeRecorder:
     def __init__(self, indices: list[Optional[int]]) -> None:
         self.indices = indices
         self.logits: Optional[torch.Tensor] = None
+        # Passes that start past every probe (almost all of them) skip the per-row scan.
+        self._last = max((i for i in indices if i is not None), default=-1)
 
     def _keep(self, b: int, row_logits: torch.Tensor) -> None:
         if self.logits is None:
@@ -64,6 +66,8 @@ class _ProbeRecorder:
 
     def see(self, starts: Sequence[int], logits: torch.Tensor) -> None:
         """A pass that fed row ``b`` at positions ``starts[b] ..`` returned ``logits`` ``(B, T, V)``."""
+        if min(starts) > self._last:
+            return
         for b, (index, start) in enumerate(zip(self.indices, starts)):
             if index is not None and start <= index < start + logits.shape[1]:
                 self._keep(b, logits[b, index - start])

@@ -31,12 +31,7 @@ LENGTH = 4
 ALPHA = 1e-6
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/decoding/conftest.py
 
 
 def _target() -> TableModel:

@@ -29,13 +29,7 @@ V = 8
 EOS = 0
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Thousands of tiny ops: intra-op threads only add wake-up latency on a shared machine.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/decoding/conftest.py
 
 
 def _target(seed: int = 3) -> TableModel:

@@ -25,13 +25,7 @@ from burble.decoding.stats import SpeculativeStats
 from burble.testing.statistics import chi_square_gof
 from burble.testing.toy_models import TableModel, sequence_distribution
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # ~100 tiny ops per sample: intra-op threads only add wake-up latency on a shared machine.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/decoding/conftest.py
 
 
 SAMPLES = 20_000
