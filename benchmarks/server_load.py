@@ -16,7 +16,10 @@ Per N:
   levels' WER with each other compares recordings, not load);
 - compute RTF: server CPU seconds per second of audio received (all sessions);
 - CPU: server CPU seconds per wall second (cores busy); RSS of the server process;
-- dropped audio (real-time sessions lose their oldest audio when recognition falls behind).
+- dropped audio (real-time sessions lose their oldest audio when recognition falls behind);
+- decodes per batch: the server's engine decodes the windows of the streams ready at once as
+  rows of one batch (``compute_batches`` in ``/metrics``); the mean is over decodes (the batch
+  size a decode ran in), the max the largest batch.
 
 N "stays real time" when no audio was dropped and p95 final-word latency is at most
 ``--max-latency`` seconds. The sweep stops after the first N that does not.
@@ -219,6 +222,15 @@ def _alone_model(model: str, dtype: str):
 
 
 # --------------------------------------------------------------------------------- benchmark
+def batch_sizes(batches: dict[int, int]) -> str:
+    """``mean / max`` calls per engine batch (weighted by calls: what a decode saw)."""
+    calls = sum(size * n for size, n in batches.items() if n > 0)
+    if not calls:
+        return "-"
+    mean = sum(size * size * n for size, n in batches.items() if n > 0) / calls
+    return f"{mean:.1f} / {max(size for size, n in batches.items() if n > 0)}"
+
+
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
@@ -272,13 +284,14 @@ def main(argv=None) -> int:
             errors = [r.error for r in results if r.error]
             wer = corpus_wer([(ref, r.text) for (_, ref), r in zip(streams, results)])
             alone = alone_wer(streams, model=args.model, dtype=args.dtype, chunk=args.chunk)  # after the clients: no load
+            batches = {int(k): v - before.get("compute_batches", {}).get(k, 0) for k, v in after.get("compute_batches", {}).items()}
             p50, p95 = percentile(latencies, 50), percentile(latencies, 95)
             realtime = not errors and dropped == 0 and p95 <= args.max_latency
             best = n if realtime and n > best else best
             rows.append([
                 n, f"{p50:.2f}", f"{p95:.2f}", f"{max(latencies, default=float('nan')):.2f}", f"{wer:.3f}",
                 f"{alone:.3f}", f"{wer / alone:.2f}" if alone else "-", f"{cpu / audio_s:.3f}" if audio_s else "-", f"{cpu / wall:.2f}", f"{dropped:.1f}",
-                f"{max(r.finished_after for r in results):.1f}", f"{rss:.0f} / {peak:.0f}",
+                f"{max(r.finished_after for r in results):.1f}", f"{rss:.0f} / {peak:.0f}", batch_sizes(batches),
                 "yes" if realtime else "no" + (f" ({len(errors)} errors)" if errors else ""),
             ])  # fmt: skip
             print(" | ".join(str(c) for c in rows[-1]), flush=True)
@@ -289,7 +302,8 @@ def main(argv=None) -> int:
 
     header = [
         "clients", "final-word latency p50 (s)", "p95 (s)", "max (s)", "WER", "WER alone", "WER / alone", "compute RTF (CPU s / audio s)",
-        "server CPU (cores)", "dropped audio (s)", "close after end (s)", "RSS now / peak (MiB)", "real time",
+        "server CPU (cores)", "dropped audio (s)", "close after end (s)", "RSS now / peak (MiB)",
+        "decodes per batch: mean / max", "real time",
     ]  # fmt: skip
     slots = args.compute_slots or os.cpu_count()
     body = (

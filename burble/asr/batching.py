@@ -1,9 +1,15 @@
-"""Decode many Whisper windows that share one prompt as the rows of one call to the shared loop."""
+"""Decode many Whisper windows as the rows of one call to the shared loop.
+
+* :func:`decode_windows`: windows of one file that share one prompt (batch transcription);
+* :func:`decode_rows`: windows of different streams (:class:`WindowRequest`), each with its own
+  audio length, prompt, processors, draft and token limit (the streaming engine's batches).
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Optional
+import threading
+from dataclasses import dataclass, replace
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -12,7 +18,9 @@ from burble.asr.options import TranscribeOptions
 from burble.asr.processors import ProcessorFactory, window_processors
 from burble.asr.search import best_of_rows, decode_window, decoding_options
 from burble.asr.speculation import drafts_without_hypothesis
+from burble.asr.whisper.attention_record import CrossAttentionRecord, heads_by_layer
 from burble.asr.window import WindowResult
+from burble.decoding.drafters import PreviousHypothesisDrafter
 from burble.decoding.generate import generate
 from burble.decoding.stats import SpeculativeStats
 
@@ -66,3 +74,118 @@ def decode_windows(
     if stats is not None:
         stats.merge(result.stats)
     return [best_of_rows(whisper, result, temperature, rows=range(i * samples, (i + 1) * samples)) for i in range(batch)]
+
+
+CrossKeysValuesOf = Callable[[], list[tuple[torch.Tensor, torch.Tensor]]]
+
+
+@dataclass
+class WindowRequest:
+    """One stream's window: a row of :func:`decode_rows` (what a streaming recognizer asks for).
+
+    Args:
+      audio_features: ``(1, T, D)`` the window's encoder states (``T`` may differ between rows).
+      prompt: the window's prompt (its own previous text and forced prefix).
+      options: greedy options; ``max_new_tokens`` caps this row.
+      previous_hypothesis: the last decode of the same audio: this row's speculative draft.
+      extra_processors: this stream's biasing.
+      cross: computes the decoder's cross-attention K/V of ``audio_features`` per layer, each
+        ``(1, H, T, d)`` and valid until the next call on this thread (a cache-aware stream
+        extends its own); ``None``: projected here.
+      stats: this stream's decoding counters (its share of the batch's).
+      record_alignment: keep the alignment heads' scores in ``result.record``.
+    """
+
+    audio_features: torch.Tensor
+    prompt: list[int]
+    options: TranscribeOptions
+    previous_hypothesis: Sequence[int] = ()
+    extra_processors: Optional[ProcessorFactory] = None
+    cross: Optional[CrossKeysValuesOf] = None
+    stats: Optional[SpeculativeStats] = None
+    record_alignment: bool = True
+
+    @property
+    def batchable(self) -> bool:
+        """Greedy and beam 1: what rows of one call can decode (beam search runs alone)."""
+        return self.options.beam_size == 1 and self.options.speculative in ("auto", "off")
+
+
+def decode_rows(whisper: LoadedWhisper, requests: Sequence[WindowRequest]) -> list[WindowResult]:
+    """Decode windows of different streams as the rows of one greedy call.
+
+    Rows differ in everything but the model: audio length (their cross-attention K/V are stacked
+    and right-padded, attended with per-row lengths), prompt, processors, draft and token limit.
+    Each row gets the tokens it would get decoded alone with :func:`decode_window` (tested); one
+    request, or any that cannot share a call (beam search), is decoded alone.
+    """
+    if len(requests) == 1 or not all(r.batchable for r in requests):
+        return [_decode_alone(whisper, r) for r in requests]
+    batch = len(requests)
+    kv, lengths = _stacked_cross(whisper, requests)
+    text_model = whisper.text_model(requests[0].audio_features, kv, cross_lengths=lengths)
+    heads = heads_by_layer(whisper.model.alignment_heads)
+    text_model.row_records = [CrossAttentionRecord(heads) for _ in requests]
+    limits = [decoding_options(whisper, r.prompt, r.options, 0.0).max_new_tokens for r in requests]
+    decoding = replace(decoding_options(whisper, max((r.prompt for r in requests), key=len), requests[0].options, 0.0),
+                       max_new_tokens=max(limits))  # fmt: skip
+    width = max(len(r.prompt) for r in requests)
+    eot = whisper.tokenizer.eot
+    prompts = torch.tensor([r.prompt + [eot] * (width - len(r.prompt)) for r in requests], device=whisper.device)
+    # A row without a hypothesis (or with speculation off) drafts nothing: one token per pass.
+    drafters = [PreviousHypothesisDrafter(r.previous_hypothesis if r.options.speculative == "auto" else ()) for r in requests]
+    with torch.inference_mode():
+        result = generate(
+            text_model, prompts, decoding, drafter=drafters, prompt_lengths=[len(r.prompt) for r in requests],
+            row_processors=[window_processors(whisper, r.prompt, r.options, r.extra_processors) for r in requests],
+            probe_index=[r.prompt.index(whisper.tokenizer.sot) for r in requests], row_max_new_tokens=limits,
+        )
+    windows = []
+    for b, request in enumerate(requests):
+        if request.stats is not None:  # this row's share: the passes it waited for, its tokens
+            request.stats.merge(SpeculativeStats(
+                target_passes=result.stats.target_passes, generated=len(result.tokens[b]),
+                decoder_seconds=result.stats.decoder_seconds / batch,
+            ))  # fmt: skip
+        window = best_of_rows(whisper, result, 0.0, rows=range(b, b + 1))
+        window.record = text_model.row_records[b] if request.record_alignment else None
+        windows.append(window)
+    return windows
+
+
+def _decode_alone(whisper: LoadedWhisper, request: WindowRequest) -> WindowResult:
+    return decode_window(
+        whisper, request.audio_features, request.prompt, request.options, temperature=0.0, stats=request.stats,
+        previous_hypothesis=request.previous_hypothesis, extra_processors=request.extra_processors,
+        cross=request.cross() if request.cross is not None else None, record_alignment=request.record_alignment,
+    )
+
+
+_rows_scratch = threading.local()
+
+
+def _stacked_cross(whisper: LoadedWhisper, requests: Sequence[WindowRequest]) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+    """Every row's cross-attention K/V in one ``(B, H, T_max, d)`` per layer, right-padded with
+    zeros (a masked key still meets a zero weight: garbage there could be NaN), and the rows'
+    lengths. The storage is this thread's and grows to the largest batch it has seen."""
+    lengths = [r.audio_features.shape[1] for r in requests]
+    batch, longest = len(requests), max(lengths)
+    dims = whisper.model.dims
+    shape = (batch, dims.n_text_head, longest, dims.n_text_state // dims.n_text_head)
+    pool: Optional[list[torch.Tensor]] = getattr(_rows_scratch, "storage", None)
+    if pool is None or pool[0].shape[0] < batch or pool[0].shape[2] < longest or pool[0].dtype != whisper.model.dtype:
+        rows, frames = max(batch, pool[0].shape[0] if pool else 0), max(longest, pool[0].shape[2] if pool else 0)
+        pool = [torch.zeros((rows, *shape[1:2], frames, shape[3]), dtype=whisper.model.dtype, device=whisper.device)
+                for _ in range(2 * dims.n_text_layer)]  # fmt: skip
+        _rows_scratch.storage = pool
+    stacked = [t[:batch, :, :longest] for t in pool]
+    for b, request in enumerate(requests):
+        layers = request.cross() if request.cross is not None else whisper.model.decoder.cross_kv(request.audio_features)
+        for i, (k, v) in enumerate(layers):
+            stacked[2 * i][b, :, : lengths[b]] = k[0]
+            stacked[2 * i + 1][b, :, : lengths[b]] = v[0]
+            if lengths[b] < longest:
+                stacked[2 * i][b, :, lengths[b] :] = 0
+                stacked[2 * i + 1][b, :, lengths[b] :] = 0
+    kv = [(stacked[2 * i], stacked[2 * i + 1]) for i in range(dims.n_text_layer)]
+    return kv, torch.tensor(lengths, device=whisper.device)

@@ -23,7 +23,7 @@ from typing import Any, Callable, Concatenate, Optional, ParamSpec, Sequence, Ty
 
 import torch
 
-from burble.asr.batching import decode_windows
+from burble.asr.batching import decode_rows, decode_windows
 from burble.asr.loaded import LoadedWhisper
 from burble.asr.options import TranscribeOptions
 from burble.asr.processors import ProcessorFactory
@@ -110,6 +110,7 @@ class WhisperASR:
     # The functions bound to this model's LoadedWhisper (type checkers see their parameters).
     decode_window = _bound(decode_window)
     decode_windows = _bound(decode_windows)
+    decode_rows = _bound(decode_rows)
 
     # -- whole inputs ----------------------------------------------------------------------------
 

@@ -86,7 +86,7 @@ def decode_window(
       cross: the decoder's cross-attention K/V of ``audio_features`` per layer, if the caller
         keeps them (the cache-aware stream extends them by its new frames only).
       record_alignment: keep the alignment heads' scores of the decode's passes in
-        ``result.text_model.record`` (word timing without a pass of its own, see
+        ``result.record`` (word timing without a pass of its own, see
         :mod:`burble.asr.whisper.attention_record`).
     """
     text_model = whisper.text_model(audio_features, cross)
@@ -113,5 +113,5 @@ def decode_window(
     if stats is not None:
         stats.merge(result.stats)
     best = best_of_rows(whisper, result, temperature)
-    best.text_model = text_model
+    best.text_model, best.record = text_model, text_model.record
     return best

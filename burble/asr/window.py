@@ -28,6 +28,7 @@ from burble.asr.options import TranscribeOptions
 from burble.asr.results import Segment, Word
 from burble.asr.tokenizer import TIME_PRECISION, WhisperTokenizer
 from burble.asr.whisper.model import WhisperTextModel
+from burble.asr.whisper.attention_record import CrossAttentionRecord
 
 # A word is never clamped below this many seconds. DTW stretches a word over an adjacent pause, so
 # words longer than twice the median word are cut; in fast speech the median word is ~0.2 s, and
@@ -58,9 +59,11 @@ class WindowResult:
         word alignment reuses it instead of projecting the audio again.
       token_logprobs: each of ``tokens``' log-probability under the decode's processed logits
         (end-of-text's last, if it was decoded), when the decode knows them.
+      record: the alignment heads' cross-attention scores of the decode's passes, when asked for
+        (word timing without a pass of its own).
     """
 
-    __slots__ = ("tokens", "avg_logprob", "no_speech_prob", "temperature", "text_model", "token_logprobs", "_compression_ratio", "_text_of")
+    __slots__ = ("tokens", "avg_logprob", "no_speech_prob", "temperature", "text_model", "token_logprobs", "record", "_compression_ratio", "_text_of")
 
     def __init__(
         self,
@@ -82,6 +85,7 @@ class WindowResult:
         self.temperature = temperature
         self.text_model = text_model
         self.token_logprobs = token_logprobs
+        self.record: Optional[CrossAttentionRecord] = None
         self._compression_ratio = compression_ratio
         self._text_of = text_of
 

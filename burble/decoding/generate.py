@@ -128,6 +128,7 @@ def generate(
     schedule: Optional[DraftSchedule] = None,
     prompt_lengths: Optional[Sequence[int]] = None,
     row_processors: Optional[Sequence[Sequence[LogitsProcessor]]] = None,
+    row_max_new_tokens: Optional[Sequence[int]] = None,
 ) -> GenerationResult:
     """Decode a continuation of ``prompt`` with greedy search or sampling, optionally speculative.
 
@@ -151,6 +152,8 @@ def generate(
         text); the rows then stand at different lengths from the start (a ``RaggedModel``).
       row_processors: a processor chain per row instead of ``processors`` (rows whose prompts,
         hence whose processors' notion of where the text begins, differ).
+      row_max_new_tokens: each row's own limit (at most ``options.max_new_tokens``): a row stops
+        where it would stop decoded alone (a stream caps its decode by its audio's length).
 
     Returns:
       A :class:`GenerationResult`.
@@ -163,6 +166,9 @@ def generate(
     if row_processors is not None and (processors or len(row_processors) != batch):
         raise ValueError("row_processors needs one chain per row (and no shared processors)")
     chains = list(row_processors) if row_processors is not None else [processors] * batch
+    limits = [options.max_new_tokens] * batch if row_max_new_tokens is None else [int(n) for n in row_max_new_tokens]
+    if len(limits) != batch or any(not 0 <= n <= options.max_new_tokens for n in limits):
+        raise ValueError(f"row_max_new_tokens needs one limit in [0, {options.max_new_tokens}] per row")
     started = time.perf_counter()
     stats = SpeculativeStats()
     k_max = options.draft_length if drafters is not None else 0
@@ -206,13 +212,13 @@ def generate(
     row_accepted, row_misses = [0] * batch, [0] * batch  # the rows' drafting so far (for the schedule)
 
     # A row is active until it finishes or reaches the length limit (row 0 may stop before others).
-    while any(not done and len(row) < options.max_new_tokens for done, row in zip(finished, tokens)):
-        done_before = [done or len(row) >= options.max_new_tokens for done, row in zip(finished, tokens)]
+    while any(not done and len(row) < limit for done, row, limit in zip(finished, tokens, limits)):
+        done_before = [done or len(row) >= limit for done, row, limit in zip(finished, tokens, limits)]
         drafts: list[list[int]] = [[] for _ in range(batch)]
         draft_probs: list[Optional[torch.Tensor]] = [None] * batch
         tree: Optional[DraftTree] = None
         rooms = [  # the longest draft each row may take
-            0 if done else max(0, min(k_max, options.max_new_tokens - len(row) - 1)) for done, row in zip(done_before, tokens)
+            0 if done else max(0, min(k_max, limit - len(row) - 1)) for done, row, limit in zip(done_before, tokens, limits)
         ]
         if schedule is not None and drafters is not None:
             acceptance = [schedule.row_acceptance(a, m) for a, m in zip(row_accepted, row_misses)]
@@ -254,7 +260,7 @@ def generate(
             if finished[b]:
                 continue
             for token, logprob in zip(emitted[b], emitted_logprobs[b]):
-                if len(tokens[b]) >= options.max_new_tokens:
+                if len(tokens[b]) >= limits[b]:
                     break
                 logprobs[b].append(logprob)
                 if eos is not None and token == eos:

@@ -44,6 +44,8 @@ class KVCache:
       values: per layer ``(B, H, capacity, D)``.
       length: number of valid positions (the same for every batch row).
       cross: per layer ``(k, v)`` cross-attention tensors ``(B, H, S, D)``, or empty.
+      cross_lengths: ``(B,)`` valid cross-attention keys per row when rows attend to sources of
+        different lengths stacked and right-padded to ``S`` (streams' audio); ``None``: all ``S``.
       limit: positions the storage may grow to (``None``: the storage is allocated whole).
     """
 
@@ -51,6 +53,7 @@ class KVCache:
     values: list[torch.Tensor]
     length: int = 0
     cross: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    cross_lengths: Optional[torch.Tensor] = None
     limit: Optional[int] = None
 
     @classmethod
@@ -179,6 +182,8 @@ class KVCache:
         # rows of different audio carry their own and move with the row.
         if self.cross and self.cross[0][0].shape[0] > 1:
             self.cross = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.cross]
+        if self.cross_lengths is not None:
+            self.cross_lengths = self.cross_lengths.index_select(0, index.to(self.cross_lengths.device))
 
     def _select_filled(self, storage: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Rows ``index`` of ``storage`` in new full-capacity storage; only ``[0, length)`` is copied."""

@@ -40,6 +40,7 @@ frames are in every decode's tail, fully attended) and little compute; over all 
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import weakref
@@ -51,6 +52,7 @@ import torch
 from torch import nn
 
 from burble.asr.frontend import HOP_LENGTH
+from burble.asr.batching import CrossKeysValuesOf
 from burble.asr.pipeline import WhisperASR
 from burble.asr.streaming_frontend import StreamingLogMel, StreamingLogMelOptions
 from burble.asr.whisper.model import Whisper
@@ -329,8 +331,12 @@ class CacheAwareWhisperRecognizer(WhisperStreamingRecognizer):
         frames = min(len(self._audio) // HOP_LENGTH, 2 * state.n_received)
         return features, frames
 
-    def _cross_kv(self, features: torch.Tensor) -> Optional[list[tuple[torch.Tensor, torch.Tensor]]]:
+    def _cross_kv(self, features: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The decoder's cross-attention K/V of ``features`` (this thread's scratch: see :class:`CrossKeysValues`)."""
         return self._cross.of(self._state, features, self._shared_frames)
+
+    def _cross_source(self, features: torch.Tensor) -> Optional[CrossKeysValuesOf]:
+        return functools.partial(self._cross_kv, features)
 
     def _trim_to(self, sample: int) -> None:
         """Trim the window and the encoder state together, on the encoder's frame grid."""

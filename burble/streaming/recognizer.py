@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Generator, Hashable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -39,11 +39,13 @@ from burble.audio import SAMPLE_RATE
 from burble.asr.fusion.boosting import as_phrases
 from burble.asr.fusion.config import BiasingConfig, phonetic_matcher, processor_factory
 from burble.asr.options import TranscribeOptions
+from burble.asr.batching import CrossKeysValuesOf, WindowRequest
 from burble.asr.pipeline import WhisperASR
 from burble.asr.prompt import sot_sequence
 from burble.asr.whisper.timing import Alignment, align
 from burble.asr.window import WindowResult, clamp_word_durations, is_silence
 from burble.decoding.stats import SpeculativeStats
+from burble.streaming.engine import run_steps
 from burble.streaming.events import StreamEvent, Word
 from burble.streaming.policy import (
     AlignAtt,
@@ -146,6 +148,27 @@ class StreamingOptions:
             raise ValueError("max_window_seconds must be in [1, 28] (Whisper sees at most 30 s)")
 
 
+@dataclass(frozen=True)
+class WindowDecode:
+    """A step of a recognizer call: decode this window with this model (what
+    :meth:`WhisperStreamingRecognizer.accept_steps` yields). Steps with one model share a batch."""
+
+    asr: WhisperASR
+    request: WindowRequest
+
+    @property
+    def batch_key(self) -> Hashable:
+        return id(self.asr)
+
+    @staticmethod
+    def run_batch(steps: Sequence["WindowDecode"]) -> list[WindowResult]:
+        """Decode the steps' windows (one model's) as the rows of one call."""
+        return steps[0].asr.decode_rows([step.request for step in steps])
+
+
+DecodeSteps = Generator[WindowDecode, WindowResult, list[StreamEvent]]
+
+
 @dataclass
 class RecognizerStats:
     """Counters across the stream (for benchmarks and the server's metrics)."""
@@ -202,8 +225,14 @@ class WhisperStreamingRecognizer:
 
     def accept(self, audio: np.ndarray, start_sample: int) -> list[StreamEvent]:
         """Add speech starting at absolute ``start_sample`` and re-decode the window."""
+        return run_steps(self.accept_steps(audio, start_sample))
+
+    def accept_steps(self, audio: np.ndarray, start_sample: int) -> DecodeSteps:
+        """:meth:`accept` as steps: yields the window to decode (a :class:`WindowDecode`) and is
+        sent its result, so that a compute engine can decode many streams' windows as the rows of
+        one call (:mod:`burble.streaming.engine`); returns the events."""
         self._append(audio, start_sample)
-        return self._decode_and_commit()
+        return (yield from self._decode_and_commit())
 
     def hold(self, audio: np.ndarray, start_sample: int) -> list[StreamEvent]:
         """Add audio after the last speech frame (the VAD's hangover) without decoding it.
@@ -305,20 +334,21 @@ class WhisperStreamingRecognizer:
         frames = min(mel.shape[-1] - 1, N_FRAMES)
         return self.asr.encode(pad_or_trim(mel[:, :frames])), frames
 
-    def _cross_kv(self, features: torch.Tensor) -> Optional[list[tuple[torch.Tensor, torch.Tensor]]]:
-        """The decoder's cross-attention K/V of ``features``, if this recognizer keeps them (else
-        ``None``: the decode projects them). Re-encoded windows change every frame: nothing to keep."""
+    def _cross_source(self, features: torch.Tensor) -> Optional[CrossKeysValuesOf]:
+        """What computes the decoder's cross-attention K/V of ``features`` when the decode runs, if
+        this recognizer keeps them (else ``None``: the decode projects them). Re-encoded windows
+        change every frame: nothing to keep."""
         return None
 
-    def _decode_and_commit(self) -> list[StreamEvent]:
+    def _decode_and_commit(self) -> DecodeSteps:
         """Re-decode the window, commit what the policy confirms, report the rest as partial."""
         events: list[StreamEvent] = []
         if self._unheard_seconds() < MIN_UNHEARD_SECONDS:
             return events  # no room for a word: a decode would only invent one
         if isinstance(self._policy, AlignAtt):
-            committed = self._policy.insert(*self._decode_alignatt())
+            committed = self._policy.insert(*(yield from self._decode_alignatt()))
         else:
-            committed = self._policy.insert(self._decode_words())
+            committed = self._policy.insert((yield from self._decode_words()))
         if committed:
             events.append(self._commit(committed))
         events.append(StreamEvent.from_words("partial", self._shown(self._policy.tentative), segment_id=self.segment_id))
@@ -337,19 +367,19 @@ class WhisperStreamingRecognizer:
         return (bool(self._utterance_words) and not prefix and threshold is not None
                 and self._unheard_seconds() < TAIL_SECONDS and window.no_speech_prob > threshold)
 
-    def _decode_words(self) -> list[Word]:
+    def _decode_words(self) -> Generator[WindowDecode, WindowResult, list[Word]]:
         """LocalAgreement's hypothesis: the words of the whole window (committed ones included)."""
-        decoded = self._decode(prefix=[])
+        decoded = yield from self._decode(prefix=[])
         return decoded[0].words if decoded else []
 
-    def _decode_alignatt(self) -> tuple[list[Word], int]:
+    def _decode_alignatt(self) -> Generator[WindowDecode, WindowResult, tuple[list[Word], int]]:
         """AlignAtt's hypothesis: new words after the committed ones, and how many are stable.
 
         The window's committed words are the decode's forced prefix (after the prompt), so they
         are never re-decoded into something else, and only the new tokens are generated.
         """
         prefix = self.asr.tokenizer.encode("".join(w.word for w in self._committed_words)) if self._committed_words else []
-        decoded = self._decode(prefix)
+        decoded = yield from self._decode(prefix)
         if decoded is None:
             self._previous_words = []
             return [], 0
@@ -391,7 +421,7 @@ class WhisperStreamingRecognizer:
         self._previous_tokens = self._previous_tokens[covered - len(prefix) + sum(counts[:stable]) :]
         return words, stable
 
-    def _decode(self, prefix: list[int]) -> Optional[tuple[Alignment, int]]:
+    def _decode(self, prefix: list[int]) -> Generator[WindowDecode, WindowResult, Optional[tuple[Alignment, int]]]:
         """Decode the window after ``prefix`` (forced text tokens) and align prefix + new tokens.
 
         Returns ``None`` for silence, else the alignment (absolute word times) and the window's mel frames.
@@ -401,11 +431,10 @@ class WhisperStreamingRecognizer:
         # Speech is at most ~5 tokens per second; a cap keeps a looping decode from running to 224.
         max_tokens = max(8, int(8 * len(self._audio) / SAMPLE_RATE) + 8 - len(prefix))
         options = dataclasses.replace(self.decode_options, max_new_tokens=max_tokens)
-        window = self.asr.decode_window(
-            features, prompt, options, temperature=0.0, stats=self.stats.decoding,
-            previous_hypothesis=self._previous_tokens, extra_processors=self.biasing,
-            cross=self._cross_kv(features), record_alignment=True,
-        )
+        window = yield WindowDecode(self.asr, WindowRequest(
+            features, prompt, options, previous_hypothesis=self._previous_tokens, extra_processors=self.biasing,
+            cross=self._cross_source(features), stats=self.stats.decoding,
+        ))  # fmt: skip
         self.stats.decodes += 1
         tokenizer = self.asr.tokenizer
         tokens = [t for t in window.tokens if t < tokenizer.eot]
@@ -438,7 +467,7 @@ class WhisperStreamingRecognizer:
         through the last text token, and the text tokens' probabilities under the decode (NaN for
         the forced prefix: AlignAtt judges only new words); ``(None, None)`` when the decode did
         not compute every row (then :func:`align` runs its own pass)."""
-        record = window.text_model.record if window.text_model is not None else None
+        record = window.record
         logprobs = window.token_logprobs
         first = len(prompt) - len(prefix) - 1 - sot_length  # the start-of-transcript row
         if record is None or logprobs is None or len(logprobs) < len(tokens) or first < 0:

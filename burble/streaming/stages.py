@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional, Protocol, Sequence, Union, runtime_checkable
+from typing import Any, Callable, Optional, Protocol, Sequence, Union, runtime_checkable
 
 import numpy as np
 
@@ -128,6 +128,9 @@ class Recognizer(Protocol):
     # Optional: ``hold(audio, start_sample) -> list[StreamEvent]`` adds audio that follows the
     # last speech frame (the VAD's hangover) without decoding it, when a decode already covered
     # all the speech before it. Recognizers without it get that audio through ``accept``.
+    # Optional: ``accept_steps(audio, start_sample)``, ``accept`` as a generator of batchable
+    # steps (burble.streaming.engine.BatchStep) returning the events; the stage calls it
+    # instead of ``accept`` so that the engine decodes many streams' windows in one batch.
 
     def flush(self) -> list[StreamEvent]:
         """End of stream: commit everything still pending."""
@@ -291,11 +294,11 @@ class RecognizerStage:
     def pending_samples(self) -> int:
         return sum(len(c) for c in self._pending)
 
-    async def _call(self, fn: Callable[..., list[StreamEvent]], *args: int | np.ndarray) -> list[Item]:
+    async def _call(self, fn: Callable[..., Any], *args: int | np.ndarray, steps: bool = False) -> list[Item]:
         if self.lane is None:
             self.lane = default_engine().lane()
         t = time.perf_counter()
-        events = await self.lane.call(fn, *args)
+        events = await (self.lane.call_steps(fn, *args) if steps else self.lane.call(fn, *args))
         self.busy_seconds += time.perf_counter() - t
         self.calls += 1
         return list(events)
@@ -311,6 +314,11 @@ class RecognizerStage:
             return []
         audio, start = self._take_pending()
         self._decoded_until = start + len(audio)
+        # In steps where the recognizer has them: the engine then decodes this window in one
+        # batch with other streams' (burble.streaming.engine).
+        accept_steps = getattr(self.recognizer, "accept_steps", None)
+        if accept_steps is not None:
+            return await self._call(accept_steps, audio, start, steps=True)
         return await self._call(self.recognizer.accept, audio, start)
 
     async def _pass_on(self, speech_until: Optional[int]) -> list[Item]:

@@ -126,3 +126,36 @@ def test_windows_of_different_streams_in_one_batch_match_each_decoded_alone(asr,
         theirs = records[b].scores(sequence, probes[b], len(sequence))
         assert ours is not None and theirs is not None and torch.allclose(ours, theirs, atol=1e-3), b
     assert len({len(p) for p in prompts}) == len(prompts) and batched.stats.accepted > 0
+
+
+def test_decode_rows_gives_each_stream_its_window_decoded_alone(asr, windows):
+    """``decode_rows`` (the streaming engine's batch): windows of different lengths (cross-attention
+    K/V stacked and right-padded), prompts, drafts, token caps, one with speculation off; each
+    row's tokens, scores and recorded alignment scores equal ``decode_window`` alone."""
+    from dataclasses import replace
+
+    from burble.asr.batching import WindowRequest
+
+    tokenizer = asr.tokenizer
+    histories = ["", " And so my fellow Americans.", " He hoped there would be stew for dinner.", " Printing."]
+    frames = [1500, 1100, 700, 1300]
+    requests = []
+    for b, (history, n) in enumerate(zip(histories, frames)):
+        prompt = asr.build_prompt(tokenizer.encode(history) if history else [], GREEDY)
+        options = replace(GREEDY, max_new_tokens=[40, 6, 40, 40][b], speculative="off" if b == 3 else "auto")
+        requests.append(WindowRequest(windows[b : b + 1, :n], prompt, options))
+    alone = [asr.decode_window(r.audio_features, r.prompt, r.options, record_alignment=True) for r in requests]
+    for r, a in zip(requests, alone):
+        r.previous_hypothesis = _wrong_at(a.tokens, len(r.prompt) % 3)
+    together = asr.decode_rows(requests)
+    for b, (ours, theirs) in enumerate(zip(together, alone)):
+        assert ours.tokens == theirs.tokens and len(ours.tokens) > 0, b
+        assert ours.avg_logprob == pytest.approx(theirs.avg_logprob, abs=1e-4)
+        assert ours.no_speech_prob == pytest.approx(theirs.no_speech_prob, abs=1e-4)
+        sequence = requests[b].prompt + theirs.tokens
+        first = requests[b].prompt.index(tokenizer.sot)
+        end = len(sequence) - 1  # a capped decode never fed its last token back
+        mine, reference = ours.record.scores(sequence, first, end), theirs.record.scores(sequence, first, end)
+        assert reference is not None and mine is not None, b
+        assert torch.allclose(mine[..., : frames[b]], reference, atol=1e-3), b
+    assert len(together[1].tokens) == 6  # its own cap

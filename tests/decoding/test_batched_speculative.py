@@ -205,3 +205,19 @@ def test_prompts_of_different_lengths_are_refused_without_forward_rows():
         generate(CountingModel(_target()), torch.tensor([[1, 2], [3, 0]]), DecodingOptions(), prompt_lengths=[2, 1])
     with pytest.raises(ValueError, match="one chain per row"):
         generate(_target(), torch.tensor([[1, 2], [3, 0]]), DecodingOptions(), row_processors=[()])
+
+
+@pytest.mark.parametrize("drafted", [False, True], ids=["plain", "ragged drafts"])
+def test_rows_with_their_own_token_limits_stop_where_each_stops_alone(drafted):
+    """``row_max_new_tokens``: a stream caps its decode by its audio's length; each row of a batch
+    stops at its own cap exactly as it does decoded alone with that cap."""
+    limits = [1, 7, 0, 12, 3, 16, 5, 9]
+    options = DecodingOptions(max_new_tokens=16, draft_length=3)
+    drafters = _row_drafters() if drafted else None
+    batched = generate(_target(), PROMPTS, options, drafter=drafters, row_max_new_tokens=limits)
+    for b, limit in enumerate(limits):
+        alone = generate(_target(), PROMPTS[b : b + 1], DecodingOptions(max_new_tokens=limit, draft_length=3),
+                         drafter=_row_drafters()[b] if drafted else None)  # fmt: skip
+        assert batched.tokens[b] == alone.tokens[0] and len(batched.tokens[b]) == limit
+    with pytest.raises(ValueError, match="row_max_new_tokens"):
+        generate(_target(), PROMPTS, options, row_max_new_tokens=[17] * ROWS)

@@ -144,3 +144,116 @@ def test_an_idle_worker_holds_nothing_of_its_last_call():
         time.sleep(0.01)
     assert alive() is None
     engine.close()
+
+
+# -- calls in steps, batched across lanes ------------------------------------------------------
+
+
+class _Square:
+    """A toy step: ``run_batch`` squares every step's value in one call and logs the call."""
+
+    batches: list[list[int]] = []
+
+    def __init__(self, value: int, key: str = "model") -> None:
+        self.value, self.batch_key = value, key
+
+    @staticmethod
+    def run_batch(steps):
+        values = [step.value for step in steps]
+        _Square.batches.append(values)
+        if any(v < 0 for v in values):
+            raise ValueError("a negative value")
+        return [v * v for v in values]
+
+
+def _two_steps(value: int, key: str = "model"):
+    first = yield _Square(value, key)
+    second = yield _Square(first + 1, key)
+    return (value, first, second)
+
+
+def _blocked_engine(**kwargs):
+    """An engine whose only worker waits on an event, so the calls queued meanwhile are all ready."""
+    engine = ComputeEngine(1, **kwargs)
+    gate = threading.Event()
+    engine.lane().submit(gate.wait)
+    time.sleep(0.05)
+    return engine, gate
+
+
+def test_ready_lanes_calls_in_steps_run_as_rows_of_one_batch_per_step():
+    _Square.batches = []
+    engine, gate = _blocked_engine()
+    futures = [engine.lane().submit_steps(_two_steps, v) for v in (1, 2, 3, 4)]
+    gate.set()
+    assert [f.result(timeout=10) for f in futures] == [(v, v * v, (v * v + 1) ** 2) for v in (1, 2, 3, 4)]
+    assert _Square.batches == [[1, 2, 3, 4], [2, 5, 10, 17]]  # one call per step, not per lane
+    assert engine.batch_sizes == {4: 1}
+    engine.close()
+
+
+def test_a_batch_takes_at_most_max_batch_calls_and_the_rest_wait_their_turn():
+    _Square.batches = []
+    engine, gate = _blocked_engine(max_batch=2)
+    futures = [engine.lane().submit_steps(_two_steps, v) for v in (1, 2, 3, 4, 5)]
+    gate.set()
+    assert [f.result(timeout=10)[0] for f in futures] == [1, 2, 3, 4, 5]
+    assert engine.batch_sizes == {2: 2, 1: 1}
+    assert max(len(b) for b in _Square.batches) == 2
+    engine.close()
+
+
+def test_steps_of_different_models_run_in_separate_batches():
+    _Square.batches = []
+    engine, gate = _blocked_engine()
+    futures = [engine.lane().submit_steps(_two_steps, v, key) for v, key in ((1, "a"), (2, "b"), (3, "a"))]
+    gate.set()
+    assert [f.result(timeout=10) for f in futures] == [(v, v * v, (v * v + 1) ** 2) for v in (1, 2, 3)]
+    assert sorted(map(sorted, _Square.batches)) == [[1, 3], [2], [2, 10], [5]]
+    engine.close()
+
+
+def test_a_failing_step_fails_only_its_own_call():
+    """A batch that raises is re-run step by step: only the call whose step fails gets the error;
+    a call that fails before its first step fails alone too."""
+
+    def broken(value: int):
+        raise RuntimeError("no steps")
+
+    _Square.batches = []
+    engine, gate = _blocked_engine()
+    lanes = [engine.lane() for _ in range(4)]
+    futures = [lanes[0].submit_steps(_two_steps, 2), lanes[1].submit_steps(_two_steps, -1),
+               lanes[2].submit_steps(broken, 3), lanes[3].submit_steps(_two_steps, 3)]  # fmt: skip
+    gate.set()
+    assert futures[0].result(timeout=10) == (2, 4, 25) and futures[3].result(timeout=10) == (3, 9, 100)
+    with pytest.raises(ValueError, match="negative"):
+        futures[1].result(timeout=10)
+    with pytest.raises(RuntimeError, match="no steps"):
+        futures[2].result(timeout=10)
+    assert _Square.batches[0] == [2, -1, 3]  # tried together first
+    assert lanes[1].submit_steps(_two_steps, 5).result(timeout=10) == (5, 25, 676)  # the lane lives on
+    engine.close()
+
+
+def test_plain_calls_never_join_a_batch_and_keep_their_lane_order():
+    _Square.batches = []
+    engine, gate = _blocked_engine()
+    lane, other = engine.lane(), engine.lane()
+    plain = lane.submit(lambda: "plain")
+    after = lane.submit_steps(_two_steps, 1)
+    batched = other.submit_steps(_two_steps, 2)
+    gate.set()
+    assert plain.result(timeout=10) == "plain" and after.result(timeout=10)[0] == 1 and batched.result(timeout=10)[0] == 2
+    # The plain call ran alone first; lane's steps, queued behind it, then joined other's.
+    assert _Square.batches == [[2, 1], [5, 2]] and engine.batch_sizes == {2: 1}
+    engine.close()
+
+
+def test_run_steps_drives_one_call_alone():
+    from burble.streaming.engine import run_steps
+
+    _Square.batches = []
+    assert run_steps(_two_steps(3)) == (3, 9, 100) and _Square.batches == [[3], [10]]
+    with pytest.raises(ValueError):
+        run_steps(_two_steps(-3))

@@ -111,7 +111,7 @@ class ResidualAttentionBlock(nn.Module):
         ck, cv = cache.cross[layer]
         if ck.shape[0] != q.shape[0]:
             ck, cv = ck.expand(q.shape[0], -1, -1, -1), cv.expand(q.shape[0], -1, -1, -1)
-        x = x + self.cross_attn.out(self.cross_attn.merge_heads(attention(q, ck, cv)))
+        x = x + self.cross_attn.out(self.cross_attn.merge_heads(attention(q, ck, cv, kv_lengths=cache.cross_lengths)))
         weights = None
         if capture_heads:
             # Word timing needs the cross-attention *weights* of a few alignment heads; the fused
@@ -293,6 +293,8 @@ class WhisperTextModel:
       num_layers: use only the first layers (the early-exit self-draft view of the same weights).
       cross: each layer's cross-attention K/V of ``audio_features``, if the caller has them (a
         stream extends them as its frames become final); computed here otherwise.
+      cross_lengths: ``(B,)`` valid frames of each row's ``cross`` when rows of different streams'
+        audio are stacked and right-padded (:func:`burble.asr.batching.decode_rows`).
 
     Attributes:
       record: set it to a :class:`~burble.asr.whisper.attention_record.CrossAttentionRecord` to
@@ -303,10 +305,11 @@ class WhisperTextModel:
 
     def __init__(
         self, model: Whisper, audio_features: torch.Tensor, num_layers: Optional[int] = None,
-        cross: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None,
+        cross: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None, cross_lengths: Optional[torch.Tensor] = None,
     ) -> None:
         self.model = model
         self.audio_features = audio_features
+        self.cross_lengths = cross_lengths
         self.num_layers = num_layers or model.dims.n_text_layer
         self.vocab_size = model.dims.n_vocab
         self.record: Optional[CrossAttentionRecord] = None
@@ -319,7 +322,7 @@ class WhisperTextModel:
         """A view that drafts with the first ``num_layers`` layers (no extra weights)."""
         view = WhisperTextModel.__new__(WhisperTextModel)
         view.model, view.audio_features, view.vocab_size = self.model, self.audio_features, self.vocab_size
-        view.num_layers = num_layers
+        view.num_layers, view.cross_lengths = num_layers, self.cross_lengths
         view.record, view.row_records = None, None  # drafts are not the text
         view._cross = self._cross[:num_layers]
         return view
@@ -336,6 +339,7 @@ class WhisperTextModel:
             device=self.model.device,
         )
         cache.cross = list(self._cross)
+        cache.cross_lengths = self.cross_lengths
         return cache
 
     def _hidden(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Optional
 
 from burble.streaming.loop import PipelineMetrics
 
@@ -46,7 +46,8 @@ class ServerMetrics:
         self.dropped_seconds += metrics.dropped_seconds
 
     def snapshot(
-        self, sessions: Mapping[str, PipelineMetrics], *, sessions_active: int, compute_running: int, compute_waiting: int
+        self, sessions: Mapping[str, PipelineMetrics], *, sessions_active: int, compute_running: int, compute_waiting: int,
+        compute_batches: Optional[Mapping[int, int]] = None,
     ) -> dict:
         """All values as a JSON-ready dict (totals include the running sessions, by session id)."""
         active = list(sessions.values())
@@ -69,6 +70,9 @@ class ServerMetrics:
             "events": dict(self.events),
             "compute_running": compute_running,
             "compute_waiting": compute_waiting,
+            # Recognizer calls the engine ran together (their windows decoded as rows of one
+            # batch), by batch size: the engine's batch-size histogram.
+            "compute_batches": {str(size): n for size, n in sorted((compute_batches or {}).items())},
         }
 
 
@@ -100,5 +104,6 @@ def prometheus_text(snapshot: dict) -> str:
     metric("lag_seconds", "gauge", "Current processing lag of each open session.", labelled("session", s["session_lag_seconds"]))
     metric("compute_running", "gauge", "Recognizer calls running.", [("", s["compute_running"])])
     metric("compute_waiting", "gauge", "Recognizer calls waiting for a compute slot.", [("", s["compute_waiting"])])
+    metric("compute_batches_total", "counter", "Batches of recognizer calls decoded together, by size.", labelled("size", s["compute_batches"]))
     metric("uptime_seconds", "gauge", "Seconds since the server started.", [("", s["uptime_seconds"])])
     return "\n".join(lines) + "\n"

@@ -252,6 +252,7 @@ class AsrServer:
             sessions_active=len(self.sessions),
             compute_running=self.engine.running,
             compute_waiting=self.engine.waiting,
+            compute_batches=dict(self.engine.batch_sizes),
         )
 
     # ----------------------------------------------------------------------------- sessions
