@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
@@ -90,8 +89,8 @@ class WindowRequest:
       previous_hypothesis: the last decode of the same audio: this row's speculative draft.
       extra_processors: this stream's biasing.
       cross: computes the decoder's cross-attention K/V of ``audio_features`` per layer, each
-        ``(1, H, T, d)`` and valid until the next call on this thread (a cache-aware stream
-        extends its own); ``None``: projected here.
+        ``(1, H, T, d)``, valid until the stream's next decode (a cache-aware stream extends its
+        own); ``None``: projected here.
       stats: this stream's decoding counters (its share of the batch's).
       record_alignment: keep the alignment heads' scores in ``result.record``.
     """
@@ -114,16 +113,18 @@ class WindowRequest:
 def decode_rows(whisper: LoadedWhisper, requests: Sequence[WindowRequest]) -> list[WindowResult]:
     """Decode windows of different streams as the rows of one greedy call.
 
-    Rows differ in everything but the model: audio length (their cross-attention K/V are stacked
-    and right-padded, attended with per-row lengths), prompt, processors, draft and token limit.
+    Rows differ in everything but the model: audio length (each row's cross-attention reads its
+    own stream's K/V), prompt, processors, draft and token limit.
     Each row gets the tokens it would get decoded alone with :func:`decode_window` (tested); one
     request, or any that cannot share a call (beam search), is decoded alone.
     """
     if len(requests) == 1 or not all(r.batchable for r in requests):
         return [_decode_alone(whisper, r) for r in requests]
     batch = len(requests)
-    kv, lengths = _stacked_cross(whisper, requests)
-    text_model = whisper.text_model(requests[0].audio_features, kv, cross_lengths=lengths)
+    # Each row's cross-attention K/V stay where its stream keeps them (nothing is stacked: a copy
+    # would cost ~12 MB per row of tiny.en's 1262 frames).
+    rows = [r.cross() if r.cross is not None else whisper.model.decoder.cross_kv(r.audio_features) for r in requests]
+    text_model = whisper.text_model(requests[0].audio_features, cross_rows=rows)
     heads = heads_by_layer(whisper.model.alignment_heads)
     text_model.row_records = [CrossAttentionRecord(heads) for _ in requests]
     limits = [decoding_options(whisper, r.prompt, r.options, 0.0).max_new_tokens for r in requests]
@@ -159,33 +160,3 @@ def _decode_alone(whisper: LoadedWhisper, request: WindowRequest) -> WindowResul
         previous_hypothesis=request.previous_hypothesis, extra_processors=request.extra_processors,
         cross=request.cross() if request.cross is not None else None, record_alignment=request.record_alignment,
     )
-
-
-_rows_scratch = threading.local()
-
-
-def _stacked_cross(whisper: LoadedWhisper, requests: Sequence[WindowRequest]) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
-    """Every row's cross-attention K/V in one ``(B, H, T_max, d)`` per layer, right-padded with
-    zeros (a masked key still meets a zero weight: garbage there could be NaN), and the rows'
-    lengths. The storage is this thread's and grows to the largest batch it has seen."""
-    lengths = [r.audio_features.shape[1] for r in requests]
-    batch, longest = len(requests), max(lengths)
-    dims = whisper.model.dims
-    shape = (batch, dims.n_text_head, longest, dims.n_text_state // dims.n_text_head)
-    pool: Optional[list[torch.Tensor]] = getattr(_rows_scratch, "storage", None)
-    if pool is None or pool[0].shape[0] < batch or pool[0].shape[2] < longest or pool[0].dtype != whisper.model.dtype:
-        rows, frames = max(batch, pool[0].shape[0] if pool else 0), max(longest, pool[0].shape[2] if pool else 0)
-        pool = [torch.zeros((rows, *shape[1:2], frames, shape[3]), dtype=whisper.model.dtype, device=whisper.device)
-                for _ in range(2 * dims.n_text_layer)]  # fmt: skip
-        _rows_scratch.storage = pool
-    stacked = [t[:batch, :, :longest] for t in pool]
-    for b, request in enumerate(requests):
-        layers = request.cross() if request.cross is not None else whisper.model.decoder.cross_kv(request.audio_features)
-        for i, (k, v) in enumerate(layers):
-            stacked[2 * i][b, :, : lengths[b]] = k[0]
-            stacked[2 * i + 1][b, :, : lengths[b]] = v[0]
-            if lengths[b] < longest:
-                stacked[2 * i][b, :, lengths[b] :] = 0
-                stacked[2 * i + 1][b, :, lengths[b] :] = 0
-    kv = [(stacked[2 * i], stacked[2 * i + 1]) for i in range(dims.n_text_layer)]
-    return kv, torch.tensor(lengths, device=whisper.device)

@@ -84,13 +84,13 @@ class LoadedWhisper:
 
     def text_model(
         self, audio_features: torch.Tensor, cross: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None,
-        cross_lengths: Optional[torch.Tensor] = None,
+        cross_rows: Optional[list[list[tuple[torch.Tensor, torch.Tensor]]]] = None,
     ) -> WhisperTextModel:
         """The decoder bound to ``audio_features`` ``(1 or B, 1500, D)``, static or dynamic
-        (``cross``: their cross-attention K/V per layer, if the caller has them; ``cross_lengths``:
-        each row's valid frames of them, rows of different streams' audio)."""
-        if cross_lengths is not None:  # ragged rows: the dynamic decoder (static steps are for batch 1)
-            return WhisperTextModel(self.model, audio_features, cross=cross, cross_lengths=cross_lengths)
+        (``cross``: their cross-attention K/V per layer, if the caller has them; ``cross_rows``:
+        each row's own instead, rows of different streams' audio)."""
+        if cross_rows is not None:  # rows of different streams: the dynamic decoder (static steps are for batch 1)
+            return WhisperTextModel(self.model, audio_features, cross_rows=cross_rows)
         if self.static_steps is not None:
             return StaticWhisperTextModel(self.model, audio_features, self.static_steps, cross=cross)
         return WhisperTextModel(self.model, audio_features, cross=cross)

@@ -44,8 +44,9 @@ class KVCache:
       values: per layer ``(B, H, capacity, D)``.
       length: number of valid positions (the same for every batch row).
       cross: per layer ``(k, v)`` cross-attention tensors ``(B, H, S, D)``, or empty.
-      cross_lengths: ``(B,)`` valid cross-attention keys per row when rows attend to sources of
-        different lengths stacked and right-padded to ``S`` (streams' audio); ``None``: all ``S``.
+      cross_rows: per row, per layer ``(k, v)`` ``(1, H, S_b, D)`` instead of ``cross`` when the
+        rows attend to sources of their own lengths (different streams' audio), each read where
+        its stream keeps it; ``None``: ``cross``.
       limit: positions the storage may grow to (``None``: the storage is allocated whole).
     """
 
@@ -53,7 +54,7 @@ class KVCache:
     values: list[torch.Tensor]
     length: int = 0
     cross: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
-    cross_lengths: Optional[torch.Tensor] = None
+    cross_rows: Optional[list[list[tuple[torch.Tensor, torch.Tensor]]]] = None
     limit: Optional[int] = None
 
     @classmethod
@@ -182,8 +183,8 @@ class KVCache:
         # rows of different audio carry their own and move with the row.
         if self.cross and self.cross[0][0].shape[0] > 1:
             self.cross = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.cross]
-        if self.cross_lengths is not None:
-            self.cross_lengths = self.cross_lengths.index_select(0, index.to(self.cross_lengths.device))
+        if self.cross_rows is not None:
+            self.cross_rows = [self.cross_rows[i] for i in index.tolist()]
 
     def _select_filled(self, storage: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Rows ``index`` of ``storage`` in new full-capacity storage; only ``[0, length)`` is copied."""

@@ -58,7 +58,7 @@ from burble.asr.streaming_frontend import StreamingLogMel, StreamingLogMelOption
 from burble.asr.whisper.model import Whisper
 from burble.asr.whisper.streaming_encoder import EncoderState, StreamingEncoder, StreamingEncoderOptions, padding_encoding
 from burble.audio import SAMPLE_RATE
-from burble.decoding.kv_cache import KVCache, thread_scratch
+from burble.decoding.kv_cache import KVCache
 from burble.streaming.events import StreamEvent
 from burble.streaming.recognizer import RecognizerStats, StreamingOptions, WhisperStreamingRecognizer
 
@@ -90,7 +90,9 @@ class CacheAwareOptions:
         all 21 dev files x 0.9/1/1.1 s chunks (the pipeline without real time, as
         ``tests/streaming/test_recognizer.py``'s dev-set test; offline greedy 3.9%), 2026-12-04:
         all 512 encoded 4.88%; 256 4.95%, 384 4.95%; 256 whose near frames did not attend to the
-        far ones 5.33%. Without the VAD: 512 4.43%, 256 4.30%. Encoder ms per decode in ``benchmarks/streaming.py``: 81 (512), 81 (384:
+        far ones 5.33%. Again on 2026-12-04 (later): 64 5.27%, 128 4.50%, 192 4.82%. 128 was not
+        kept: in ``benchmarks/streaming.py`` (simulated real time) it took the 80 s file from
+        3.4% to 5.4% and the joined clips from 5.4% to 7.6% for 20% less encoder time per call. Without the VAD: 512 4.43%, 256 4.30%. Encoder ms per decode in ``benchmarks/streaming.py``: 81 (512), 81 (384:
         the tail also holds the 50-100 pending frames), 53 (256). Without the shared far part a
         256-frame tail gave 9.6% on the 20 short clips.
       streaming: the decode and commit options shared with the re-encoding recognizer.
@@ -151,14 +153,14 @@ class CrossKeysValues:
     """The decoder's cross-attention keys/values of one stream's audio features, per layer.
 
     The features are the encoder state's final frames (never recomputed until a trim or a new
-    state) followed by a padding tail that changes every decode. The final frames' K/V live in
-    per-layer buffers that grow with the window, extended by the frames that became final since
-    the last decode. A decode reads them from this thread's scratch cache
-    (:func:`~burble.decoding.kv_cache.thread_scratch`): a copy of the final frames' K/V, then the
-    tail's, so the stream keeps no tail between calls. Each decode projects ``new final + tail``
-    frames, not the window, and of the tail only its own frames: the K/V of its shared padding
-    frames come from :func:`padding_keys_values`. The views a decode gets are valid until the
-    next decode on the thread.
+    state) followed by a padding tail that changes every decode. Both live in per-layer buffers
+    that grow with the window: the final frames' K/V at ``[0, final)``, extended by the frames
+    that became final since the last decode, and after them the tail's, which the next decode
+    overwrites. Each decode projects ``new final + tail`` frames, not the window, and of the tail
+    only its own frames: the K/V of its shared padding frames come from
+    :func:`padding_keys_values` (copied in, ~3 MB for tiny.en). The views a decode gets stay valid
+    until the stream's next decode, so a compute engine can decode many streams' windows in one
+    batch, each row reading its K/V where its stream keeps them (no copy into a batch).
 
     Args:
       model: the Whisper model whose decoder attends to the features.
@@ -198,16 +200,10 @@ class CrossKeysValues:
         if shared_frames and self._padding is None:
             raise ValueError("shared padding frames need the padding states (CrossKeysValues(padding=...))")
         new = features[:, self.length : own]  # frames that became final since the last call, and the tail's own
-        became_final = final - self.length
-        scratch = thread_scratch("cross-attention-tail", self.buffers, total)
-        projected = [block.project_kv(new) for block in self.blocks]
-        for i, (k, v) in enumerate(projected):
-            self.buffers.write(i, self.length, k[:, :, :became_final], v[:, :, :became_final])
-        scratch.load_prefix(self.buffers, final)
-        kv = [scratch.write(i, final, k[:, :, became_final:], v[:, :, became_final:]) for i, (k, v) in enumerate(projected)]
+        kv = [self.buffers.write(i, self.length, *block.project_kv(new)) for i, block in enumerate(self.blocks)]
         if shared_frames:
-            kv = [scratch.write(i, own, k[:, :, own:total], v[:, :, own:total]) for i, (k, v) in enumerate(self._padding)]  # type: ignore[arg-type]
-        self.length = final
+            kv = [self.buffers.write(i, own, k[:, :, own:total], v[:, :, own:total]) for i, (k, v) in enumerate(self._padding)]  # type: ignore[arg-type]
+        self.length = final  # the tail's positions are rewritten by the next call
         return kv
 
 
@@ -332,7 +328,7 @@ class CacheAwareWhisperRecognizer(WhisperStreamingRecognizer):
         return features, frames
 
     def _cross_kv(self, features: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The decoder's cross-attention K/V of ``features`` (this thread's scratch: see :class:`CrossKeysValues`)."""
+        """The decoder's cross-attention K/V of ``features`` (views of this stream's buffers, see :class:`CrossKeysValues`)."""
         return self._cross.of(self._state, features, self._shared_frames)
 
     def _cross_source(self, features: torch.Tensor) -> Optional[CrossKeysValuesOf]:

@@ -77,7 +77,8 @@ def _make(asr, kinds: str):
 @pytest.mark.parametrize("kinds", ["cccc", "crcr"], ids=["cache-aware", "mixed with re-encoding"])
 def test_streams_decoded_as_rows_of_one_batch_commit_what_each_commits_alone(asr, clips, batch_sizes, kinds):
     """Same words and times, stream by stream, as each stream decoded alone; the cache-aware
-    windows (content + tail, 600-1300 frames) and the re-encoding ones (1500) differ in length."""
+    windows (content + tail, 600-1300 frames) and the re-encoding ones (1500) differ in length,
+    and each row reads its stream's own cross-attention K/V."""
     alone = [_alone(r, audio) for r, audio in zip(_make(asr, kinds), clips)]
     batch_sizes.clear()
     together = _together(_make(asr, kinds), clips)
@@ -85,18 +86,21 @@ def test_streams_decoded_as_rows_of_one_batch_commit_what_each_commits_alone(asr
     assert max(batch_sizes) == len(clips) and all(words for words in alone)
 
 
-def test_rows_that_ignored_their_own_audio_length_would_be_caught(asr, clips, monkeypatch):
-    """Negative control: rows attending to the zero padding of the longer rows' audio (no per-row
-    key lengths in cross-attention) commit other words, so the test above can fail."""
-    import burble.asr.whisper.model as model
+def test_rows_that_lost_their_own_audio_length_would_be_caught(asr, clips, monkeypatch):
+    """Negative control: rows that attend to one common length of audio (the shortest row's, as a
+    batch that forgot each row's own length would) commit other words, so the test above can fail."""
+    from burble.asr.loaded import LoadedWhisper
 
-    inner = model.attention
+    inner = LoadedWhisper.text_model
 
-    def unmasked(q, k, v, *, kv_lengths=None, **kwargs):
-        return inner(q, k, v, **kwargs)
+    def one_length(self, audio_features, cross=None, cross_rows=None):
+        if cross_rows is not None:
+            shortest = min(row[0][0].shape[2] for row in cross_rows)
+            cross_rows = [[(k[:, :, :shortest], v[:, :, :shortest]) for k, v in row] for row in cross_rows]
+        return inner(self, audio_features, cross, cross_rows)
 
     reference = _together(_make(asr, "cccc"), clips)
-    monkeypatch.setattr(model, "attention", unmasked)
+    monkeypatch.setattr(LoadedWhisper, "text_model", one_length)
     assert _together(_make(asr, "cccc"), clips) != reference
 
 

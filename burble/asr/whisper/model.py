@@ -108,16 +108,24 @@ class ResidualAttentionBlock(nn.Module):
         assert self.cross_attn is not None and self.cross_attn_ln is not None
         h = self.cross_attn_ln(x)
         q = self.cross_attn.split_heads(self.cross_attn.query(h))
-        ck, cv = cache.cross[layer]
-        if ck.shape[0] != q.shape[0]:
-            ck, cv = ck.expand(q.shape[0], -1, -1, -1), cv.expand(q.shape[0], -1, -1, -1)
-        x = x + self.cross_attn.out(self.cross_attn.merge_heads(attention(q, ck, cv, kv_lengths=cache.cross_lengths)))
+        if cache.cross_rows is not None:  # rows of different streams: each attends to its own audio
+            rows = [row[layer] for row in cache.cross_rows]
+            out = torch.cat([attention(q[b : b + 1], k, v) for b, (k, v) in enumerate(rows)])
+        else:
+            ck, cv = cache.cross[layer]
+            if ck.shape[0] != q.shape[0]:
+                ck, cv = ck.expand(q.shape[0], -1, -1, -1), cv.expand(q.shape[0], -1, -1, -1)
+            rows = [(ck, cv)]
+            out = attention(q, ck, cv)
+        x = x + self.cross_attn.out(self.cross_attn.merge_heads(out))
         weights = None
         if capture_heads:
             # Word timing needs the cross-attention *weights* of a few alignment heads; the fused
             # op returns only outputs, so those heads' softmax(QK^T) is computed on the side.
-            qh, kh = q[:, capture_heads], ck[:, capture_heads]
-            weights = (qh @ kh.transpose(-1, -2)).float() * qh.shape[-1] ** -0.5  # pre-softmax scores
+            qs = [q] if len(rows) == 1 else list(q.split(1))
+            scores = [qh[:, capture_heads] @ k[:, capture_heads].transpose(-1, -2) for qh, (k, _) in zip(qs, rows)]
+            frames = max(s.shape[-1] for s in scores)  # rows' own lengths, right-padded (read up to them only)
+            weights = torch.cat([nn.functional.pad(s, (0, frames - s.shape[-1])) for s in scores]).float() * q.shape[-1] ** -0.5
         return x + self.mlp(self.mlp_ln(x)), weights
 
 
@@ -293,8 +301,8 @@ class WhisperTextModel:
       num_layers: use only the first layers (the early-exit self-draft view of the same weights).
       cross: each layer's cross-attention K/V of ``audio_features``, if the caller has them (a
         stream extends them as its frames become final); computed here otherwise.
-      cross_lengths: ``(B,)`` valid frames of each row's ``cross`` when rows of different streams'
-        audio are stacked and right-padded (:func:`burble.asr.batching.decode_rows`).
+      cross_rows: per row, each layer's cross-attention K/V ``(1, H, T_b, d)`` of its own audio,
+        instead of ``cross`` (rows of different streams: :func:`burble.asr.batching.decode_rows`).
 
     Attributes:
       record: set it to a :class:`~burble.asr.whisper.attention_record.CrossAttentionRecord` to
@@ -305,24 +313,29 @@ class WhisperTextModel:
 
     def __init__(
         self, model: Whisper, audio_features: torch.Tensor, num_layers: Optional[int] = None,
-        cross: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None, cross_lengths: Optional[torch.Tensor] = None,
+        cross: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None,
+        cross_rows: Optional[list[list[tuple[torch.Tensor, torch.Tensor]]]] = None,
     ) -> None:
         self.model = model
         self.audio_features = audio_features
-        self.cross_lengths = cross_lengths
+        self.cross_rows = None if cross_rows is None else [list(row) for row in cross_rows]
         self.num_layers = num_layers or model.dims.n_text_layer
         self.vocab_size = model.dims.n_vocab
         self.record: Optional[CrossAttentionRecord] = None
         self.row_records: Optional[list[CrossAttentionRecord]] = None
         if cross is not None and len(cross) < self.num_layers:
             raise ValueError(f"{len(cross)} layers of cross-attention K/V for a {self.num_layers}-layer decoder")
-        self._cross = list(cross[: self.num_layers]) if cross is not None else model.decoder.cross_kv(audio_features, self.num_layers)
+        if cross_rows is not None:  # nothing shared: each row's K/V are read where its stream keeps them
+            self._cross: list[tuple[torch.Tensor, torch.Tensor]] = []
+        else:
+            self._cross = list(cross[: self.num_layers]) if cross is not None else model.decoder.cross_kv(audio_features, self.num_layers)
 
     def early_exit(self, num_layers: int) -> "WhisperTextModel":
         """A view that drafts with the first ``num_layers`` layers (no extra weights)."""
         view = WhisperTextModel.__new__(WhisperTextModel)
         view.model, view.audio_features, view.vocab_size = self.model, self.audio_features, self.vocab_size
-        view.num_layers, view.cross_lengths = num_layers, self.cross_lengths
+        view.num_layers = num_layers
+        view.cross_rows = None if self.cross_rows is None else [row[:num_layers] for row in self.cross_rows]
         view.record, view.row_records = None, None  # drafts are not the text
         view._cross = self._cross[:num_layers]
         return view
@@ -339,7 +352,7 @@ class WhisperTextModel:
             device=self.model.device,
         )
         cache.cross = list(self._cross)
-        cache.cross_lengths = self.cross_lengths
+        cache.cross_rows = self.cross_rows
         return cache
 
     def _hidden(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
