@@ -13,7 +13,7 @@ the difference between it and N streams is what the streams themselves cost; the
 between it and 1 stream is growth with the audio processed (caches of shapes seen), not with
 streams.
 
-    python benchmarks/stream_memory.py [--streams 1 4 8] [--dtypes float32 bfloat16] [--no-write]
+    python benchmarks/stream_memory.py [--streams 1 4 8] [--dtypes float32 bfloat16] [--engine-workers 2] [--no-write]
 """
 
 from __future__ import annotations
@@ -41,12 +41,13 @@ def rss_mib() -> float:
     raise RuntimeError("no VmRSS")
 
 
-def worker(streams: int, dtype: str, sequential: bool) -> dict:
+def worker(streams: int, dtype: str, sequential: bool, engine_workers: int = 0) -> dict:
     """Run in the subprocess: feed the streams, measure."""
     import numpy as np
     import torch
 
     import burble
+    from burble.streaming.engine import ComputeEngine, run_steps
     from burble.streaming.factory import RecognizerChoice
     from burble.testing import dev_audio_items
 
@@ -75,19 +76,33 @@ def worker(streams: int, dtype: str, sequential: bool) -> dict:
     started = time.perf_counter()
     cursors = [[0, 0] for _ in plans]  # clip index, samples fed of it
     active = list(range(len(plans)))
+    # With an engine: each round's calls go to the streams' lanes at once, as a server's sessions
+    # submit them, so its workers decode the ready streams' windows as rows of one batch.
+    engine = ComputeEngine(engine_workers) if engine_workers else None
+    lanes = [engine.lane() for _ in plans] if engine else []
     while active:
+        futures = []
+
+        def call(i: int, fn, *args, steps: bool = False) -> None:  # type: ignore[no-untyped-def]
+            if engine is None:
+                run_steps(fn(*args)) if steps else fn(*args)
+            else:
+                futures.append(lanes[i].submit_steps(fn, *args) if steps else lanes[i].submit(fn, *args))
+
         for i in list(active):
             clip_index, fed = cursors[i]
             if clip_index == len(plans[i]):
-                recognizers[i].flush()
+                call(i, recognizers[i].flush)
                 active.remove(i)
                 continue
             clip, start = plans[i][clip_index]
-            recognizers[i].accept(clip[fed : fed + SR], start + fed)
+            call(i, recognizers[i].accept_steps, clip[fed : fed + SR], start + fed, steps=True)
             cursors[i][1] += SR
             if cursors[i][1] >= len(clip):
-                recognizers[i].endpoint(start + len(clip))
+                call(i, recognizers[i].endpoint, start + len(clip))
                 cursors[i] = [clip_index + 1, 0]
+        for future in futures:
+            future.result()
 
     def own_tensors(r) -> float:  # type: ignore[no-untyped-def]
         state, cross = r.encoder_state, r._cross.buffers
@@ -101,11 +116,12 @@ def worker(streams: int, dtype: str, sequential: bool) -> dict:
     }  # fmt: skip
 
 
-def measure(streams: int, dtype: str, sequential: bool = False) -> dict:
+def measure(streams: int, dtype: str, sequential: bool = False, engine_workers: int = 0) -> dict:
     env = dict(os.environ)
     for name in ("MALLOC_MMAP_THRESHOLD_", "ONEDNN_PRIMITIVE_CACHE_CAPACITY"):
         env.pop(name, None)  # the worker makes burble serve's settings itself
-    args = [sys.executable, __file__, "--worker", str(streams), dtype] + (["--sequential"] if sequential else [])
+    args = [sys.executable, __file__, "--worker", str(streams), dtype, "--engine-workers", str(engine_workers)]
+    args += ["--sequential"] if sequential else []
     out = subprocess.run(args, capture_output=True, text=True, env=env, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -117,13 +133,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--sequential", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--engine-workers", type=int, default=0,
+                        help="feed the streams through a compute engine with this many workers (the server's "
+                             "batching); 0: call the recognizers directly, one after another")
     args = parser.parse_args(argv)
     if args.worker:
         from burble.heap import cap_primitive_cache, fix_mmap_threshold
 
         fix_mmap_threshold()
         cap_primitive_cache()
-        print(json.dumps(worker(int(args.worker[0]), args.worker[1], args.sequential)))
+        print(json.dumps(worker(int(args.worker[0]), args.worker[1], args.sequential, args.engine_workers)))
         return 0
 
     rows = []
@@ -131,14 +150,14 @@ def main(argv: list[str] | None = None) -> int:
     for dtype in args.dtypes:
         single = None
         for streams in sorted(args.streams):
-            result = measure(streams, dtype)
+            result = measure(streams, dtype, engine_workers=args.engine_workers)
             single = single or result
             added = (result["rss"] - single["rss"]) / (streams - 1) if streams > 1 else float("nan")
             rows.append([dtype, f"{streams} stream{'s' if streams != 1 else ''}", f"{result['audio']:.0f}", f"{result['rss']:.0f}",
                          "-" if streams == 1 else f"{added:.1f}", f"{result['tensors']:.1f}", f"{result['seconds']:.0f}"])  # fmt: skip
             print(rows[-1], flush=True)
         if most > 1:
-            result = measure(most, dtype, sequential=True)
+            result = measure(most, dtype, sequential=True, engine_workers=args.engine_workers)
             rows.append([dtype, f"1 stream, {most} x the audio", f"{result['audio']:.0f}", f"{result['rss']:.0f}", "-",
                          f"{result['tensors']:.1f}", f"{result['seconds']:.0f}"])  # fmt: skip
             print(rows[-1], flush=True)
@@ -148,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     body = (
         "tiny.en cache-aware recognizers (the server's), each fed ~30 s of dev speech 1 s at a time, interleaved, "
-        "one process per row with `burble serve`'s memory settings (`burble/heap.py`). Own tensors: a "
+        + (f"through a {args.engine_workers}-worker compute engine (the server's cross-stream batching), "
+           if args.engine_workers else "called directly, one after another, ")
+        + "one process per row with `burble serve`'s memory settings (`burble/heap.py`). Own tensors: a "
         "recognizer's encoder cache, mel and content buffers and cross-attention K/V after its stream.\n\n" + table
     )
     append_section("Streaming memory per stream (tiny.en, in one process)", body, machine=machine_description(), write=not args.no_write)
