@@ -80,15 +80,15 @@ def worker(streams: int, dtype: str, sequential: bool, engine_workers: int = 0) 
     # submit them, so its workers decode the ready streams' windows as rows of one batch.
     engine = ComputeEngine(engine_workers) if engine_workers else None
     lanes = [engine.lane() for _ in plans] if engine else []
+    futures: list = []  # this round's calls on the engine
+
+    def call(i: int, fn, *args, steps: bool = False) -> None:  # type: ignore[no-untyped-def]
+        if engine is None:
+            run_steps(fn(*args)) if steps else fn(*args)
+        else:
+            futures.append(lanes[i].submit_steps(fn, *args) if steps else lanes[i].submit(fn, *args))
+
     while active:
-        futures = []
-
-        def call(i: int, fn, *args, steps: bool = False) -> None:  # type: ignore[no-untyped-def]
-            if engine is None:
-                run_steps(fn(*args)) if steps else fn(*args)
-            else:
-                futures.append(lanes[i].submit_steps(fn, *args) if steps else lanes[i].submit(fn, *args))
-
         for i in list(active):
             clip_index, fed = cursors[i]
             if clip_index == len(plans[i]):
@@ -103,6 +103,7 @@ def worker(streams: int, dtype: str, sequential: bool, engine_workers: int = 0) 
                 cursors[i] = [clip_index + 1, 0]
         for future in futures:
             future.result()
+        futures.clear()
 
     def own_tensors(r) -> float:  # type: ignore[no-untyped-def]
         state, cross = r.encoder_state, r._cross.buffers

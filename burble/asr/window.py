@@ -27,8 +27,8 @@ from burble.asr.frontend import FRAMES_PER_SECOND, INPUT_STRIDE
 from burble.asr.options import TranscribeOptions
 from burble.asr.results import Segment, Word
 from burble.asr.tokenizer import TIME_PRECISION, WhisperTokenizer
-from burble.asr.whisper.model import WhisperTextModel
 from burble.asr.whisper.attention_record import CrossAttentionRecord
+from burble.asr.whisper.model import WhisperTextModel
 
 # A word is never clamped below this many seconds. DTW stretches a word over an adjacent pause, so
 # words longer than twice the median word are cut; in fast speech the median word is ~0.2 s, and

@@ -202,8 +202,8 @@ _scratch = threading.local()
 def thread_scratch(name: str, like: KVCache, positions: int, dtype: Optional[torch.dtype] = None) -> KVCache:
     """This thread's scratch cache ``name``, shaped like ``like``, holding ``positions``, length 0.
 
-    For K/V that are computed, read and dropped within one call on one thread (a streaming
-    decode's padding tail and its cross-attention keys/values): a compute engine's few worker
+    For K/V that are computed, read and dropped within one call on one thread (the streaming
+    encoder's padding tail): a compute engine's few worker
     threads each keep one, instead of every stream keeping its own between calls. What a caller
     reads from it must not outlive its call: the next call on the thread overwrites it.
 

@@ -92,9 +92,11 @@ class CacheAwareOptions:
         all 512 encoded 4.88%; 256 4.95%, 384 4.95%; 256 whose near frames did not attend to the
         far ones 5.33%. Again on 2026-12-04 (later): 64 5.27%, 128 4.50%, 192 4.82%. 128 was not
         kept: in ``benchmarks/streaming.py`` (simulated real time) it took the 80 s file from
-        3.4% to 5.4% and the joined clips from 5.4% to 7.6% for 20% less encoder time per call. Without the VAD: 512 4.43%, 256 4.30%. Encoder ms per decode in ``benchmarks/streaming.py``: 81 (512), 81 (384:
-        the tail also holds the 50-100 pending frames), 53 (256). Without the shared far part a
-        256-frame tail gave 9.6% on the 20 short clips.
+        3.4% to 5.4% and the joined clips from 5.4% to 7.6% for 20% less encoder time per call.
+        Without the VAD: 512 4.43%, 256 4.30%. Encoder ms per decode in
+        ``benchmarks/streaming.py``: 81 (512), 81 (384: the tail also holds the 50-100 pending
+        frames), 53 (256). Without the shared far part a 256-frame tail gave 9.6% on the 20
+        short clips.
       streaming: the decode and commit options shared with the re-encoding recognizer.
     """
 
