@@ -15,7 +15,8 @@ Words are compared after ``normalize_word``: case-, whitespace- and punctuation-
 " Hello," and " hello" agree.
 
 The recognizer can drop committed audio at ``find_trim_time``: the end of the last committed
-sentence, which keeps the window (and latency) bounded.
+sentence, which keeps the window (and latency) bounded. ``trailing_loop_start`` and
+``words_before_a_reread`` cut what a decode repeats.
 
 This module is pure logic: no audio, no model, no clock.
 """
@@ -199,6 +200,7 @@ def alignatt_stable_words(
     word_probabilities: Sequence[float] = (),
     min_probability: float = 0.0,
     agreed: Sequence[bool] = (),
+    spoken: Sequence[bool] = (),
 ) -> int:
     """How many leading words AlignAtt may commit.
 
@@ -222,10 +224,18 @@ def alignatt_stable_words(
         "stuff it"), and attention alone cannot tell a guess from a word. Confident words keep
         AlignAtt's latency; doubtful ones wait for LocalAgreement-2's second vote.
       agreed: per word, whether the previous hypothesis had the same word at the same place.
+      spoken: per word, whether it is a word rather than a punctuation mark (optional). Given,
+        a word is committed only if a spoken word follows it in the hypothesis: the rows after
+        the last one (marks, end of text) attend anywhere, and a trailing "." guesses that the
+        sentence ended where the audio does. On the 80 s dev file "The awe of man rushed." was
+        committed 20 ms before the audio's end, and the trim after it lost "over him again".
+        The last word waits for a speech pause, an endpoint, or the next word.
 
     Returns:
       the number of stable words.
     """
+    if spoken:
+        word_token_counts = word_token_counts[: max((i for i, s in enumerate(spoken) if s), default=0)]
     limit = end_frame - frames_before_end
     row = first_row
     stable = 0
@@ -239,6 +249,41 @@ def alignatt_stable_words(
         stable += 1
         row = following
     return stable
+
+
+def words_before_a_reread(
+    word_token_counts: Sequence[int],
+    peak_frames: Sequence[int],
+    *,
+    first_row: int,
+    min_frame: int,
+    spoken: Sequence[bool] = (),
+) -> int:
+    """How many leading words of a hypothesis read new audio: the first spoken word one of whose
+    tokens' attention peak lies before ``min_frame`` re-reads audio the committed words already
+    cover, and it and what follows are dropped.
+
+    After a committed sentence Whisper base sometimes starts the sentence over ("Printing, in the
+    only sense with which we are at present concerned." three times for LJ001-0001): the repeat
+    attends to the audio it came from, seconds back, so AlignAtt would commit it at once.
+    Punctuation rows attend anywhere and are not judged.
+
+    Args:
+      word_token_counts: tokens per word of the hypothesis (new words only), oldest first.
+      peak_frames: the attention peak (encoder frame) of each decoder row (as in
+        :func:`alignatt_stable_words`).
+      first_row: the row of the hypothesis's first token.
+      min_frame: the earliest frame a new word may attend to (the committed words' end, less
+        a tolerance).
+      spoken: per word, whether it is a word rather than a mark (default: all are).
+    """
+    row = first_row
+    for index, count in enumerate(word_token_counts):
+        judged = index >= len(spoken) or spoken[index]
+        if judged and any(peak_frames[r] < min_frame for r in range(row, min(row + count, len(peak_frames)))):
+            return index
+        row += count
+    return len(word_token_counts)
 
 
 def trailing_loop_start(tokens: Sequence[int], *, min_repeats: int = 3, min_tokens: int = 6, max_period: int = 24) -> Optional[int]:
@@ -284,7 +329,9 @@ def find_trim_time(
     """Where the recognizer may cut its audio window: after the last committed sentence.
 
     Candidates are the ends of committed words that close a sentence; the latest one after
-    ``window_start`` wins.
+    ``window_start`` wins. A sentence mark decoded as a word of its own ends where the spoken
+    word before it does: the alignment stretches the mark over the pause up to the next word's
+    onset, and a cut there clipped it ("O'Brien" heard as "All Brian").
 
     Args:
       committed: committed words of the current window (absolute times), oldest first.
@@ -297,11 +344,15 @@ def find_trim_time(
     """
     if not committed:
         return None
-    committed_end = committed[-1].end
     eps = 1e-6
-    candidates = [w.end for w in committed if ends_sentence(w) and w.end > window_start + eps]
+    spoken_end, candidates = window_start, []
+    for w in committed:
+        if normalize_word(w.word):
+            spoken_end = w.end
+        if ends_sentence(w) and spoken_end > window_start + eps:
+            candidates.append(spoken_end)
     if candidates:
         return max(candidates)
-    if force and committed_end > window_start + eps:
-        return committed_end
+    if force and spoken_end > window_start + eps:
+        return spoken_end
     return None

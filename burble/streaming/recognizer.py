@@ -27,6 +27,7 @@ loop stamps emission times.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Generator, Hashable, Optional, Sequence
@@ -54,6 +55,7 @@ from burble.streaming.policy import (
     find_trim_time,
     normalize_word,
     trailing_loop_start,
+    words_before_a_reread,
 )
 
 
@@ -70,6 +72,10 @@ MIN_UNHEARD_SECONDS = 0.2
 # (no-speech 0.76, average log-probability -0.58) decoded from 0.23 s. A tail whose no-speech
 # probability is above the threshold is silence whatever its text's confidence.
 TAIL_SECONDS = 1.0
+# A new word whose attention peaks this far before the committed words' end is a repeat of them
+# (policy.words_before_a_reread); DTW word ends and attention peaks differ by a few frames.
+REREAD_TOLERANCE_FRAMES = 50
+ENCODER_FRAME_SECONDS = 0.02
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,9 @@ class StreamingOptions:
         (``--speculative auto``'s choice when re-decoding; lossless).
       draft_length: draft tokens verified per target pass.
       max_window_seconds: force a trim at the last committed word when the window grows past this.
+      min_trim_window_seconds: a committed sentence end trims the window only once it holds this
+        much audio; until then the window's committed sentences are each decode's forced prefix,
+        heard again as context.
       prompt_tokens: how many committed text tokens prompt each decode (previous-text conditioning).
       no_speech_threshold: a decode whose no-speech probability is above this and whose average
         log-probability is below ``log_prob_threshold`` counts as silence (no words).
@@ -100,7 +109,7 @@ class StreamingOptions:
       alignatt_min_probability: AlignAtt commits no word less probable than this, nor what follows
         it (:func:`~burble.streaming.policy.alignatt_stable_words`).
       alignatt_first_commit_seconds: before an utterance's window holds this much audio, AlignAtt
-        commits only the words the decode before had too.
+        commits only the words the decode before had too (0: no such wait).
     """
 
     agreement: int = 2
@@ -114,6 +123,12 @@ class StreamingOptions:
     # committed WER from 6.3% to 4.9% (re-encode, LocalAgreement-2) and from 5.6% to 4.4-4.7%
     # (cache-aware, AlignAtt); the cache-aware window holds up to 17 s within 1500 positions.
     max_window_seconds: float = 15.0
+    # A sentence decoded in a window of its own, after a trim at the sentence before, has only
+    # the prompt's text for context: on the 80 s dev file "O'Brien emitted" became "I'll bry and
+    # emit it". Committed WER over all of dev-audio at 0.9/1/1.1 s chunks (offline greedy 3.85%):
+    # a trim at every committed sentence end 4.62%, once the window holds 5 s 4.62%, 8 s 3.60%,
+    # 12 s 3.53%; the 80 s file alone 5.1% -> 2.4% at 8 s.
+    min_trim_window_seconds: float = 8.0
     prompt_tokens: int = 128
     no_speech_threshold: float = 0.6
     log_prob_threshold: float = -1.0
@@ -132,10 +147,12 @@ class StreamingOptions:
     # 4.69% at 0.3 and 0.45, 4.75% at 0.6 (offline greedy 3.85%).
     alignatt_min_probability: float = 0.3
     # Utterances that start on speech (VAD, microphone) were misheard from their first second
-    # ("Thank you, my country" for JFK's "What your country"); over the 20 short dev clips (cache-
-    # aware, 1 s chunks, no VAD) 1.5 s costs 0.07 s of median AWED (WER 0.029 -> 0.032). Words
-    # that two consecutive decodes agree on are committed before it.
-    alignatt_first_commit_seconds: float = 1.5
+    # ("Thank you, my country" for JFK's "What your country"), when every sentence end trimmed
+    # the window. Since the last word waits for the next one and trims keep 8 s of context
+    # (2026-12-04), 1.5 s no longer pays: committed WER over all of dev-audio at 0.9/1/1.1 s
+    # chunks 3.60% at 1.5 s, 3.47% at 1.0 s and off; median AWED on the short clips 1.04 s at
+    # 1.5 s, 0.92 s off. Off by default.
+    alignatt_first_commit_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.policy not in COMMIT_POLICIES:
@@ -146,6 +163,8 @@ class StreamingOptions:
             raise ValueError("alignatt_min_probability must be in [0, 1]")
         if not 1.0 <= self.max_window_seconds <= 28.0:
             raise ValueError("max_window_seconds must be in [1, 28] (Whisper sees at most 30 s)")
+        if not 0.0 <= self.min_trim_window_seconds <= self.max_window_seconds:
+            raise ValueError("min_trim_window_seconds must be in [0, max_window_seconds]")
 
 
 @dataclass(frozen=True)
@@ -176,6 +195,7 @@ class RecognizerStats:
     decodes: int = 0
     audio_seconds: float = 0.0
     loops_cut: int = 0  # decodes whose trailing loop was cut (policy.trailing_loop_start)
+    rereads_cut: int = 0  # decodes whose new words re-read committed audio (policy.words_before_a_reread)
     decoding: SpeculativeStats = field(default_factory=SpeculativeStats)
 
 
@@ -302,6 +322,8 @@ class WhisperStreamingRecognizer:
         if not isinstance(self._policy, AlignAtt) or not self._policy.tentative:
             return []
         sure = min(self._sure_at_pause, len(self._policy.tentative))
+        while sure and not normalize_word(self._policy.tentative[sure - 1].word):
+            sure -= 1  # a pause is not a sentence end: "helplessly." vs "helplessly, and ..."
         if not sure:
             return []  # a doubtful first word: the endpoint, or the decode after speech resumes, decides
         events = [self._commit(self._policy.insert(self._policy.tentative, sure))]
@@ -390,6 +412,15 @@ class WhisperStreamingRecognizer:
             covered += len(alignment.word_tokens[n_prefix])
             n_prefix += 1
         words, counts = alignment.words[n_prefix:], [len(t) for t in alignment.word_tokens[n_prefix:]]
+        if self._committed_words:  # a new word never reads the committed words' audio again
+            heard = (self._committed_words[-1].end - self._window_start / SAMPLE_RATE) / ENCODER_FRAME_SECONDS
+            keep = words_before_a_reread(
+                counts, alignment.peak_frames, first_row=covered, min_frame=int(heard) - REREAD_TOLERANCE_FRAMES,
+                spoken=[bool(normalize_word(w.word)) for w in words],
+            )
+            if keep < len(words):
+                self.stats.rereads_cut += 1
+                words, counts = words[:keep], counts[:keep]
         if self._utterance_words:  # committed times are final: new words never start before them
             floor = self._utterance_words[-1].end
             words = [dataclasses.replace(w, start=max(w.start, floor), end=max(w.end, floor)) for w in words]
@@ -400,6 +431,7 @@ class WhisperStreamingRecognizer:
             counts, alignment.peak_frames, first_row=covered, end_frame=frames // 2,
             frames_before_end=self.options.alignatt_frames, word_probabilities=probabilities,
             min_probability=self.options.alignatt_min_probability, agreed=agreed,
+            spoken=[bool(normalize_word(w.word)) for w in words],
         )
         # A pause commits the tentative words up to the first doubtful one the previous decode did
         # not have: committing it at once turned "What your country" into "Like your country".
@@ -481,6 +513,8 @@ class WhisperStreamingRecognizer:
 
     def _maybe_trim(self) -> None:
         window_seconds = len(self._audio) / SAMPLE_RATE
+        if window_seconds < self.options.min_trim_window_seconds:
+            return
         trim = find_trim_time(
             self._committed_words,
             window_start=self._window_start / SAMPLE_RATE,
@@ -498,7 +532,8 @@ class WhisperStreamingRecognizer:
         boundary = self._window_start / SAMPLE_RATE
         # Committed words that leave the window become the prompt. Words still inside it must not
         # be in the prompt: Whisper would treat them as already said and skip their audio.
-        gone = [w for w in self._committed_words if w.end <= boundary + 1e-6]
+        # (A mark after a word that leaves goes with it: its alignment may run past the cut.)
+        gone = list(itertools.takewhile(lambda w: w.end <= boundary + 1e-6 or not normalize_word(w.word), self._committed_words))
         self._committed_words = self._committed_words[len(gone) :]
         if gone:
             self._history_tokens.extend(self.asr.tokenizer.encode("".join(w.word for w in gone)))

@@ -8,6 +8,7 @@ from burble.streaming.policy import (
     common_prefix_length,
     ends_sentence,
     find_trim_time,
+    words_before_a_reread,
     normalize_word,
     trailing_loop_start,
 )
@@ -123,6 +124,16 @@ def test_find_trim_time_prefers_latest_committed_boundary():
     assert find_trim_time([], window_start=0.0, force=True) is None
 
 
+def test_a_sentence_mark_of_its_own_trims_where_the_spoken_word_before_it_ends():
+    """The alignment stretches a "." decoded as its own word over the pause, up to the next
+    word's onset (the 80 s dev file: "raised" ends at 67.64 s, its "." at 68.46 s, where "O'Brien"
+    begins); a cut at the mark's end clipped "O'Brien" into "All Brian"."""
+    committed = [Word(" are", 67.02, 67.34), Word(" raised", 67.34, 67.64), Word(".", 67.76, 68.46)]
+    assert find_trim_time(committed, window_start=63.2) == 67.64
+    assert find_trim_time(committed[:2], window_start=63.2) is None  # the mark makes the boundary
+    assert find_trim_time([Word(".", 67.76, 68.46)], window_start=67.64, force=True) is None  # nothing spoken to cut after
+
+
 # -- AlignAtt -------------------------------------------------------------------------------------
 
 
@@ -174,6 +185,30 @@ def test_alignatt_does_not_commit_a_guess():
     assert alignatt_stable_words(counts, peaks, agreed=[False, False, True], **doubtful) == 1
     # ... until the previous hypothesis had it too (a second vote, as LocalAgreement-2 asks).
     assert alignatt_stable_words(counts, peaks, agreed=[False, True, False], **doubtful) == 3
+
+
+def test_alignatt_keeps_the_hypothesis_last_word_and_its_mark_tentative():
+    """"The all of men rushed ." with every row's attention peak well before the end: without
+    ``spoken`` all five words are stable (the control); with it, "rushed" and its "." wait for
+    the next spoken word, however early the rows after them attend."""
+    counts, peaks = [1, 1, 1, 1, 1], [10, 20, 30, 40, 50, 5]
+    kwargs = dict(first_row=0, end_frame=100, frames_before_end=10)
+    assert alignatt_stable_words(counts, peaks, **kwargs) == 5
+    assert alignatt_stable_words(counts, peaks, spoken=[True, True, True, True, False], **kwargs) == 3
+    assert alignatt_stable_words(counts, peaks, spoken=[True, False, True, True, True], **kwargs) == 4  # a mark inside goes
+    assert alignatt_stable_words(counts[:1], peaks, spoken=[False], **kwargs) == 0
+
+
+def test_a_word_that_attends_to_committed_audio_again_is_a_reread():
+    """Committed words end at frame 300: "differs from" reads on (peaks 310, 330); a repeat of
+    the committed sentence ("Printing in ...") peaks at its old audio (frames 5, 20). Its mark
+    row (frame 0) is not judged; with no floor (the control) nothing is cut."""
+    counts, spoken = [1, 1, 1, 1, 1], [True, True, False, True, True]
+    peaks = [310, 330, 0, 5, 20, 40]
+    assert words_before_a_reread(counts, peaks, first_row=0, min_frame=250, spoken=spoken) == 3
+    assert words_before_a_reread(counts, peaks, first_row=0, min_frame=0, spoken=spoken) == 5
+    assert words_before_a_reread(counts[:2], peaks, first_row=0, min_frame=250) == 2
+    assert words_before_a_reread([2], [900, 320, 10], first_row=1, min_frame=250) == 0  # a word's second token
 
 
 # ------------------------------------------------------------------------------- trailing loops
