@@ -75,7 +75,6 @@ TAIL_SECONDS = 1.0
 # A new word whose attention peaks this far before the committed words' end is a repeat of them
 # (policy.words_before_a_reread); DTW word ends and attention peaks differ by a few frames.
 REREAD_TOLERANCE_FRAMES = 50
-ENCODER_FRAME_SECONDS = 0.02
 
 
 @dataclass(frozen=True)
@@ -127,7 +126,7 @@ class StreamingOptions:
     # the prompt's text for context: on the 80 s dev file "O'Brien emitted" became "I'll bry and
     # emit it". Committed WER over all of dev-audio at 0.9/1/1.1 s chunks (offline greedy 3.85%):
     # a trim at every committed sentence end 4.62%, once the window holds 5 s 4.62%, 8 s 3.60%,
-    # 12 s 3.53%; the 80 s file alone 5.1% -> 2.4% at 8 s.
+    # 12 s 3.53%; the 80 s file alone 5.1% -> 2.5% at 8 s.
     min_trim_window_seconds: float = 8.0
     prompt_tokens: int = 128
     no_speech_threshold: float = 0.6
@@ -412,15 +411,16 @@ class WhisperStreamingRecognizer:
             covered += len(alignment.word_tokens[n_prefix])
             n_prefix += 1
         words, counts = alignment.words[n_prefix:], [len(t) for t in alignment.word_tokens[n_prefix:]]
+        spoken = [bool(normalize_word(w.word)) for w in words]
         if self._committed_words:  # a new word never reads the committed words' audio again
-            heard = (self._committed_words[-1].end - self._window_start / SAMPLE_RATE) / ENCODER_FRAME_SECONDS
+            # Encoder frames are two mel hops: the frame where the committed words end.
+            heard = int(self._committed_words[-1].end * SAMPLE_RATE - self._window_start) // (2 * HOP_LENGTH)
             keep = words_before_a_reread(
-                counts, alignment.peak_frames, first_row=covered, min_frame=int(heard) - REREAD_TOLERANCE_FRAMES,
-                spoken=[bool(normalize_word(w.word)) for w in words],
+                counts, alignment.peak_frames, first_row=covered, min_frame=heard - REREAD_TOLERANCE_FRAMES, spoken=spoken,
             )
             if keep < len(words):
                 self.stats.rereads_cut += 1
-                words, counts = words[:keep], counts[:keep]
+                words, counts, spoken = words[:keep], counts[:keep], spoken[:keep]
         if self._utterance_words:  # committed times are final: new words never start before them
             floor = self._utterance_words[-1].end
             words = [dataclasses.replace(w, start=max(w.start, floor), end=max(w.end, floor)) for w in words]
@@ -430,8 +430,7 @@ class WhisperStreamingRecognizer:
         stable = alignatt_stable_words(
             counts, alignment.peak_frames, first_row=covered, end_frame=frames // 2,
             frames_before_end=self.options.alignatt_frames, word_probabilities=probabilities,
-            min_probability=self.options.alignatt_min_probability, agreed=agreed,
-            spoken=[bool(normalize_word(w.word)) for w in words],
+            min_probability=self.options.alignatt_min_probability, agreed=agreed, spoken=spoken,
         )
         # A pause commits the tentative words up to the first doubtful one the previous decode did
         # not have: committing it at once turned "What your country" into "Like your country".
