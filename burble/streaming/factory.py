@@ -44,14 +44,15 @@ class RecognizerChoice:
         pipeline calls the recognizer. Ignored by ``"re-encode"``.
     """
 
-    # The default since the pause commit, the 15 s window and R = 1 s (tiny.en, VAD on, 1 s chunks;
-    # BENCHMARKS.md). Committed WER over all 21 dev files through the pipeline, pooled over 0.9/1/1.1 s
-    # chunks (where chunks fall moves one run by 1-2 points): 5.2% with AlignAtt, against 4.6% for
-    # re-encode + AlignAtt and 5.0% for re-encode + LocalAgreement-2 (offline 3.9%), at about half
-    # their compute (RTF 0.20 vs 0.35-0.38 on the short clips in real time). R = 1 s beat 0.5 s
-    # (5.2% vs 6.0%) at no extra compute; 1.5 s was no better.
+    # The default since the pause commit, the 15 s window and the 2026-12-04 commit rules (tiny.en,
+    # VAD on, 1 s chunks; BENCHMARKS.md). Committed WER over all 21 dev files through the pipeline,
+    # pooled over 0.9/1/1.1 s chunks (where chunks fall moves one run by 1-2 points): 3.53% with
+    # R = 0.5 s and 3.47% with R = 1 s (offline 3.85%). The lookahead's pending frames are encoded
+    # in every decode's tail, so R = 0.5 s costs less per decode: in the full grid of 2026-12-04 its
+    # end-of-utterance latency was 0.20 / 0.28 / 0.28 s (short clips / 80 s file / joined clips)
+    # against 0.29 / 0.33 / 0.37 s with R = 1 s, at compute RTF 0.15-0.21 against 0.17-0.24.
     encoder: str = "cache-aware"
-    lookahead_seconds: float = 1.0
+    lookahead_seconds: float = 0.5
     encoder_chunk_seconds: float = 1.0
 
     def __post_init__(self) -> None:

@@ -199,7 +199,7 @@ def test_options_are_validated():
     with pytest.raises(ValueError):
         CacheAwareOptions(near_tail_frames=-1)
     options = CacheAwareOptions()
-    assert (options.chunk_frames, options.lookahead_frames, options.tail_frames) == (50, 50, 512)
+    assert (options.chunk_frames, options.lookahead_frames, options.tail_frames) == (50, 25, 512)
 
 
 def test_cross_attention_keys_values_extend_with_final_frames_and_restart_after_a_trim(asr):
