@@ -169,10 +169,12 @@ def test_a_pause_does_not_commit_a_doubtful_word_the_previous_decode_lacked(asr,
     next (at the pause) "Like your country"; both first words are doubtful (probability < 0.3),
     so the pause commits neither and a later decode settles on "What". Negative control: a pause
     that commits every tentative word (as before the probability floor) commits "Like". The
-    premise was found with the first-commit wait of 1.5 s (the default until 2026-12-04): pinned."""
+    premise was found with the first-commit wait of 1.5 s and R = 1 s of lookahead (the defaults
+    until 2026-12-04): pinned."""
     audio = load_audio("examples/jfk.wav")
     options = StreamingOptions(hotwords=("Fauntleroy",), beam_size=5, alignatt_first_commit_seconds=1.5)
-    held, _, _ = stream_array(asr, audio, options=options)
+    choice = RecognizerChoice(lookahead_seconds=1.0)
+    held, _, _ = stream_array(asr, audio, options=options, choice=choice)
     assert word_errors(JFK_TEXT, held.committed_text()).errors == 0, held.committed_text()
     pause = WhisperStreamingRecognizer.pause
 
@@ -181,7 +183,7 @@ def test_a_pause_does_not_commit_a_doubtful_word_the_previous_decode_lacked(asr,
         return pause(self, at_sample)
 
     monkeypatch.setattr(WhisperStreamingRecognizer, "pause", commit_everything)
-    eager, _, _ = stream_array(asr, audio, options=options)
+    eager, _, _ = stream_array(asr, audio, options=options, choice=choice)
     assert "like your country" in eager.committed_text().lower(), eager.committed_text()
 
 
