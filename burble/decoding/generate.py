@@ -96,6 +96,34 @@ def _working_precision(logits: torch.Tensor) -> torch.Tensor:
     return logits if logits.dtype == torch.float64 else logits.float()
 
 
+class TargetRuleOf:
+    """The :data:`~burble.decoding.speculative.TargetRule` of a row: its processor chain, then the
+    sampling warpers (or, at temperature 0, the processed logits).
+
+    Attributes:
+      plain_temperature: ``T`` when the rule is nothing but ``softmax(logits / T)`` (no processor,
+        top-k or top-p), else ``None``. A sampling drafter may then compute its ``q`` over the few
+        rows it scores instead of running the rule over the whole vocabulary: verification is
+        exact for any ``q`` the draft was sampled from, so this changes cost, never the output.
+    """
+
+    def __init__(self, chain: Sequence[LogitsProcessor], options: DecodingOptions, device: torch.device) -> None:
+        self.chain = chain
+        self.options = options
+        self.device = device
+        plain = not chain and options.temperature > 0 and options.top_k == 0 and options.top_p >= 1.0
+        self.plain_temperature: Optional[float] = options.temperature if plain else None
+
+    def __call__(self, logits: torch.Tensor, prefix: Sequence[int]) -> torch.Tensor:
+        processed = _working_precision(logits).clone().unsqueeze(0)
+        if self.chain:  # drafters call this per drafted token: no prefix tensor when nothing reads it
+            apply_processors(self.chain, processed, torch.tensor([list(prefix)], device=self.device))
+        o = self.options
+        if o.temperature == 0:
+            return processed[0]
+        return warp(processed[0], temperature=o.temperature, top_k=o.top_k, top_p=o.top_p)
+
+
 def _emitted_with_logprobs(
     processed: torch.Tensor, accepted: list[int], verified: int | torch.Tensor
 ) -> tuple[list[list[int]], list[list[float]]]:
@@ -182,18 +210,7 @@ def generate(
     eos = options.eos_token_id
     device = prompt.device
 
-    def rule_of(chain: Sequence[LogitsProcessor]) -> Callable[[torch.Tensor, Sequence[int]], torch.Tensor]:
-        def rule(logits: torch.Tensor, prefix: Sequence[int]) -> torch.Tensor:
-            processed = _working_precision(logits).clone().unsqueeze(0)
-            if chain:  # drafters call this per drafted token: no prefix tensor when nothing reads it
-                apply_processors(chain, processed, torch.tensor([list(prefix)], device=device))
-            if options.temperature == 0:
-                return processed[0]
-            return warp(processed[0], temperature=options.temperature, top_k=options.top_k, top_p=options.top_p)
-
-        return rule
-
-    rules = [rule_of(chain) for chain in chains] if drafters is not None else []
+    rules = [TargetRuleOf(chain, options, device) for chain in chains] if drafters is not None else []
 
     if max(lengths) > 1:  # every row's prompt but its last token (a shorter row's extra slots are rewritten)
         probe.prefill(model, prompt[:, : max(lengths) - 1], cache)

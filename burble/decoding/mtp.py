@@ -472,7 +472,7 @@ class MTPDrafter:
         self, tokens: Sequence[int], state: torch.Tensor, token: int, k: int, rule: TargetRule, memory: Optional[Memory]
     ) -> Draft:
         vocab_size = int(self.model.vocab_size)  # type: ignore[attr-defined]
-        prefix = [int(t) for t in tokens]
+        prefix = list(tokens)
         draft_ids = self.heads.draft_ids
         ids = self.heads.draft_id_list()
         if self._row_of is None:  # target id -> draft-vocabulary row (-1: not in it)
@@ -480,15 +480,25 @@ class MTPDrafter:
             for row, target in enumerate(ids):
                 self._row_of[target] = row
         row_of = self._row_of
+        temperature = getattr(rule, "plain_temperature", None)
+
+        def place(rows: torch.Tensor, offset: int, fill: float) -> torch.Tensor:
+            """A full-vocabulary vector holding ``rows`` at the ids of draft rows ``offset..``, ``fill`` elsewhere."""
+            n = rows.shape[0]
+            full = torch.full((vocab_size,), fill, dtype=rows.dtype, device=rows.device)
+            if ids[offset + n - 1] - ids[offset] == n - 1:  # the rows hold consecutive ids: one slice copy
+                full[ids[offset] : ids[offset] + n] = rows
+            else:
+                full[draft_ids[offset : offset + n]] = rows
+            return full
 
         def choose(logits: torch.Tensor, drafted: list[int], offset: int) -> tuple[int, Optional[torch.Tensor]]:
-            n = logits.shape[0]
-            full = torch.full((vocab_size,), float("-inf"), dtype=logits.dtype, device=logits.device)
-            if ids[offset + n - 1] - ids[offset] == n - 1:  # the rows hold consecutive ids: one slice copy
-                full[ids[offset] : ids[offset] + n] = logits
-            else:
-                full[draft_ids[offset : offset + n]] = logits
-            q = rule(full, prefix + drafted)
+            if temperature is not None:
+                # The rule is softmax(logits / T) alone: over the scored rows (-inf elsewhere) that is
+                # their own softmax, so q is computed on them, not on the whole vocabulary.
+                q_rows = torch.softmax((logits - logits.max()) / temperature, dim=-1)
+                return offset + int(sample_from(q_rows, self.generator)), place(q_rows, offset, 0.0)
+            q = rule(place(logits, offset, float("-inf")), prefix + drafted)
             if not drafted and bool((q < 0).any()):  # a greedy rule returns logits, not a distribution
                 raise ValueError("MTPDrafter(sample=True) needs a sampling decode (temperature > 0): "
                                  "the rule did not return probabilities")

@@ -25,7 +25,9 @@ import torch
 from burble.decoding.logits import sample_from
 
 # Maps next-token logits (V,) after ``prefix`` to what verification uses: the processed logits at
-# temperature 0 (drafters take their argmax) or the warped probabilities when sampling.
+# temperature 0 (drafters take their argmax) or the warped probabilities when sampling. The loop's
+# rules (``generate.TargetRuleOf``) also say, as ``plain_temperature``, when they are nothing but
+# softmax(logits / T): a sampling drafter may then score only the rows it drafts from.
 TargetRule = Callable[[torch.Tensor, Sequence[int]], torch.Tensor]
 
 
