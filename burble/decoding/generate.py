@@ -102,7 +102,7 @@ class TargetRuleOf:
 
     Attributes:
       plain_temperature: ``T`` when the rule is nothing but ``softmax(logits / T)`` (no processor,
-        top-k or top-p), else ``None``. A sampling drafter may then compute its ``q`` over the few
+        top-k or top-p; ``T >= 1e-6``), else ``None``. A sampling drafter may then compute its ``q`` over the few
         rows it scores instead of running the rule over the whole vocabulary: verification is
         exact for any ``q`` the draft was sampled from, so this changes cost, never the output.
     """
@@ -111,7 +111,8 @@ class TargetRuleOf:
         self.chain = chain
         self.options = options
         self.device = device
-        plain = not chain and options.temperature > 0 and options.top_k == 0 and options.top_p >= 1.0
+        # (From 1e-6 up, logits / T cannot overflow float32: below it only warp()'s shift is safe.)
+        plain = not chain and options.temperature >= 1e-6 and options.top_k == 0 and options.top_p >= 1.0
         self.plain_temperature: Optional[float] = options.temperature if plain else None
 
     def __call__(self, logits: torch.Tensor, prefix: Sequence[int]) -> torch.Tensor:

@@ -134,7 +134,10 @@ class DraftHead(nn.Module):
             reads memory ``g``. Without ``segments`` all rows read memory 0.
         """
         x = torch.cat([hidden, embeddings.flatten(1)], dim=-1)
-        state = hidden + self.down(nn.functional.silu(self.up(x)))
+        # Functional calls, not the submodules': drafting runs this once per drafted token, where
+        # two module dispatches cost about as much as the matrix products.
+        inner = nn.functional.silu(nn.functional.linear(x, self.up.weight, self.up.bias))
+        state = hidden + nn.functional.linear(inner, self.down.weight, self.down.bias)
         if not self.memory_heads or memory is None:
             return state
         keys, values = memory
@@ -496,7 +499,7 @@ class MTPDrafter:
             if temperature is not None:
                 # The rule is softmax(logits / T) alone: over the scored rows (-inf elsewhere) that is
                 # their own softmax, so q is computed on them, not on the whole vocabulary.
-                q_rows = torch.softmax((logits - logits.max()) / temperature, dim=-1)
+                q_rows = torch.softmax(logits * (1.0 / temperature), dim=-1)
                 return offset + int(sample_from(q_rows, self.generator)), place(q_rows, offset, 0.0)
             q = rule(place(logits, offset, float("-inf")), prefix + drafted)
             if not drafted and bool((q < 0).any()):  # a greedy rule returns logits, not a distribution
