@@ -93,6 +93,8 @@ class WindowRequest:
         own); ``None``: projected here.
       stats: this stream's decoding counters (its share of the batch's).
       record_alignment: keep the alignment heads' scores in ``result.record``.
+      forced_prefix_length: the prompt's last tokens that are the window's committed text (beam
+        search counts them in a hypothesis's length, see :func:`~burble.asr.search.decode_window`).
     """
 
     audio_features: torch.Tensor
@@ -103,6 +105,7 @@ class WindowRequest:
     cross: Optional[CrossKeysValuesOf] = None
     stats: Optional[SpeculativeStats] = None
     record_alignment: bool = True
+    forced_prefix_length: int = 0
 
     @property
     def batchable(self) -> bool:
@@ -159,4 +162,5 @@ def _decode_alone(whisper: LoadedWhisper, request: WindowRequest) -> WindowResul
         whisper, request.audio_features, request.prompt, request.options, temperature=0.0, stats=request.stats,
         previous_hypothesis=request.previous_hypothesis, extra_processors=request.extra_processors,
         cross=request.cross() if request.cross is not None else None, record_alignment=request.record_alignment,
+        forced_prefix_length=request.forced_prefix_length,
     )

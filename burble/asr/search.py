@@ -26,7 +26,9 @@ from burble.decoding.speculative import Drafter
 from burble.decoding.stats import SpeculativeStats
 
 
-def decoding_options(whisper: LoadedWhisper, prompt: list[int], options: TranscribeOptions, temperature: float) -> DecodingOptions:
+def decoding_options(
+    whisper: LoadedWhisper, prompt: list[int], options: TranscribeOptions, temperature: float, forced_prefix_length: int = 0
+) -> DecodingOptions:
     """The core's options for one window: new tokens fit in the text context, beams only at 0."""
     n_ctx = whisper.model.dims.n_text_ctx
     max_new = options.max_new_tokens or min(n_ctx // 2, n_ctx - max(len(prompt) - 1, 0))
@@ -38,6 +40,7 @@ def decoding_options(whisper: LoadedWhisper, prompt: list[int], options: Transcr
         patience=options.patience,
         length_penalty=options.length_penalty,
         draft_length=options.draft_length,
+        length_offset=forced_prefix_length,
     )
 
 
@@ -71,6 +74,7 @@ def decode_window(
     extra_processors: Optional[ProcessorFactory] = None,
     cross: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None,
     record_alignment: bool = False,
+    forced_prefix_length: int = 0,
 ) -> WindowResult:
     """Decode one 30 s window's text tokens (timestamps included, end-of-text excluded).
 
@@ -88,11 +92,14 @@ def decode_window(
       record_alignment: keep the alignment heads' scores of the decode's passes in
         ``result.record`` (word timing without a pass of its own, see
         :mod:`burble.asr.whisper.attention_record`).
+      forced_prefix_length: the prompt's last tokens that are text the decode continues (a stream's
+        committed words); beam search counts them in a hypothesis's length
+        (``DecodingOptions.length_offset``).
     """
     text_model = whisper.text_model(audio_features, cross)
     if record_alignment:
         text_model.record = CrossAttentionRecord(heads_by_layer(whisper.model.alignment_heads))
-    decoding = decoding_options(whisper, prompt, options, temperature)
+    decoding = decoding_options(whisper, prompt, options, temperature, forced_prefix_length)
     chain = window_processors(whisper, prompt, options, extra_processors)
     prompt_tensor = torch.tensor([prompt], device=whisper.device)
     probe = prompt.index(whisper.tokenizer.sot)

@@ -190,7 +190,7 @@ def beam_search(
         ]
     best = max(
         finished,
-        key=lambda f: length_normalised_score(f[0], len(f[1]), options.length_penalty),
+        key=lambda f: length_normalised_score(f[0], options.length_offset + len(f[1]), options.length_penalty),
     )
     stats.generated = len(best[1])
     stats.decoder_seconds = time.perf_counter() - started

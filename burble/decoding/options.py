@@ -20,6 +20,10 @@ class DecodingOptions:
       patience: beam search keeps going until ``beam_size * patience`` hypotheses finished.
       length_penalty: ``None`` ranks by sum logprob / length; a float uses Google NMT's penalty.
       draft_length: tokens a speculative drafter may propose per target pass (``k``).
+      length_offset: tokens at the prompt's end that count toward a beam hypothesis's length (a
+        forced prefix the continuation completes). Beam search ranks finished hypotheses by score
+        over length; counted from the prefix, a short ending is not favoured over a longer one by
+        a score normalised over its few new tokens alone.
     """
 
     max_new_tokens: int = 224
@@ -31,6 +35,7 @@ class DecodingOptions:
     patience: float = 1.0
     length_penalty: Optional[float] = None
     draft_length: int = 4
+    length_offset: int = 0
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

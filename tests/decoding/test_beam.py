@@ -43,7 +43,7 @@ class EditsLogits(PrefixBonus):
     adds_score = False
 
 
-def _best_by_enumeration(model: TableModel, prompt: torch.Tensor, scorer: PrefixBonus | None) -> list[int]:
+def _best_by_enumeration(model: TableModel, prompt: torch.Tensor, scorer: PrefixBonus | None, length_offset: int = 0) -> list[int]:
     """The finished sequence with the best length-normalised fused score, by brute force."""
     best, best_score = None, -math.inf
     for length in range(MAX_NEW):
@@ -56,15 +56,15 @@ def _best_by_enumeration(model: TableModel, prompt: torch.Tensor, scorer: Prefix
                 total += float(torch.log_softmax(logits, -1)[token])
                 if scorer is not None:
                     total += scorer.bonus(tuple(tokens[:i]), token)
-            score = length_normalised_score(total, len(words), None)
+            score = length_normalised_score(total, length_offset + len(words), None)
             if score > best_score:
                 best, best_score = list(words), score
     return best
 
 
-def _beam(model: TableModel, prompt: torch.Tensor, processors) -> list[int]:
+def _beam(model: TableModel, prompt: torch.Tensor, processors, length_offset: int = 0) -> list[int]:
     # 9 beams cover every live prefix of 3 steps over 2 words, so the search is exhaustive.
-    options = DecodingOptions(max_new_tokens=MAX_NEW, eos_token_id=EOS, beam_size=9)
+    options = DecodingOptions(max_new_tokens=MAX_NEW, eos_token_id=EOS, beam_size=9, length_offset=length_offset)
     return beam_search(model, prompt, options, processors=processors).tokens[0]
 
 
@@ -85,4 +85,19 @@ def test_additive_scorer_joins_after_log_softmax():
         assert _beam(model, prompt, [scorer]) == expected
         differs += _beam(model, prompt, [EditsLogits(prompt.shape[1])]) != expected
     # The check has teeth: adding the same bonuses to the logits (renormalised) picks other outputs.
+    assert differs > 0
+
+
+def test_length_offset_counts_a_forced_prefix_in_the_ranking():
+    """With ``length_offset`` (a stream's committed words at the prompt's end) finished hypotheses
+    rank by score / (offset + new tokens), as enumeration says; the offset changes some choices
+    (a short ending with a large bonus no longer wins on its few tokens alone)."""
+    differs = 0
+    for seed in range(8):
+        model = TableModel(V, order=3, seed=seed, scale=1.5)
+        prompt = torch.tensor([[1, 2]])
+        scorer = PrefixBonus(prompt.shape[1], scale=3.0)
+        expected = _best_by_enumeration(model, prompt, scorer, length_offset=6)
+        assert _beam(model, prompt, [scorer], length_offset=6) == expected
+        differs += expected != _best_by_enumeration(model, prompt, scorer)
     assert differs > 0
