@@ -102,9 +102,10 @@ class TargetRuleOf:
 
     Attributes:
       plain_temperature: ``T`` when the rule is nothing but ``softmax(logits / T)`` (no processor,
-        top-k or top-p; ``T >= 1e-6``), else ``None``. A sampling drafter may then compute its ``q`` over the few
-        rows it scores instead of running the rule over the whole vocabulary: verification is
-        exact for any ``q`` the draft was sampled from, so this changes cost, never the output.
+        top-k or top-p; ``T >= 1e-6``), else ``None``. A sampling drafter may then compute its
+        ``q`` over the few rows it scores instead of running the rule over the whole vocabulary:
+        verification is exact for any ``q`` the draft was sampled from, so this changes cost,
+        never the output.
     """
 
     def __init__(self, chain: Sequence[LogitsProcessor], options: DecodingOptions, device: torch.device) -> None:
