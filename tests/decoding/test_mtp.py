@@ -127,6 +127,42 @@ def test_sampled_drafts_hand_their_q_to_the_verifier():
         assert not torch.allclose(draft.probs[0], _sampling_rule(full, None), atol=1e-3)
 
 
+class _PlainRule:
+    """``_sampling_rule`` declaring itself a plain temperature (as ``generate.TargetRuleOf`` does)."""
+
+    def __init__(self, temperature: float = 0.7) -> None:
+        self.plain_temperature = temperature
+
+    def __call__(self, logits: torch.Tensor, prefix) -> torch.Tensor:
+        return _sampling_rule(logits, prefix)
+
+
+def test_a_plain_temperature_rule_gives_the_drafts_of_the_full_rule():
+    """With a plain-temperature rule the drafter computes q on the rows it scored: the same drafts
+    and the same q as the rule over the whole vocabulary (rows sorted by token id, as
+    ``MTPHeads.load`` keeps them, so one uniform draw picks the same token from either). Control:
+    a rule that misstates its temperature gives another q, so the comparison can fail."""
+    model = HiddenTableModel(V, seed=1)
+    heads = random_heads(0)
+    with torch.no_grad():
+        heads.projection.weight.mul_(0.1)
+        order = torch.argsort(heads.draft_ids)
+        heads.draft_ids.copy_(heads.draft_ids[order])
+        heads.projection.weight.copy_(heads.projection.weight[order])
+    model.forward(torch.tensor([[1, 2]]), model.new_cache(1, 16))
+
+    def propose(rule, seed: int):
+        drafter = MTPDrafter(model, heads, sample=True, generator=torch.Generator().manual_seed(seed))
+        return drafter.propose([1, 2, 3], 4, rule)
+
+    for seed in range(5):
+        full, plain = propose(_sampling_rule, seed), propose(_PlainRule(), seed)
+        assert plain.tokens == full.tokens
+        assert torch.allclose(plain.probs, full.probs, atol=1e-6)
+    misstated = propose(_PlainRule(temperature=1.0), 0)
+    assert not torch.allclose(misstated.probs[0], propose(_sampling_rule, 0).probs[0], atol=1e-3)
+
+
 def test_sampled_drafts_follow_the_seed_and_vary_with_it():
     drafts = {seed: tuple(_sampled_draft(seed)[2].tokens) for seed in range(12)}
     assert tuple(_sampled_draft(3)[2].tokens) == drafts[3]
