@@ -460,11 +460,11 @@ class WhisperStreamingRecognizer:
         features, frames = self._encode()
         prompt = self.asr.build_prompt(self._history_tokens, self.decode_options) + prefix
         # Speech is at most ~5 tokens per second; a cap keeps a looping decode from running to 224.
+        max_tokens = max(8, int(8 * len(self._audio) / SAMPLE_RATE) + 8 - len(prefix))
+        options = dataclasses.replace(self.decode_options, max_new_tokens=max_tokens)
         # Beam search counts the forced prefix in each hypothesis's length: normalised over the new
         # tokens alone, an ending just after a boosted name (its bonus over 3 tokens) outranked the
         # rest of the sentence ("... at Newgate" for "... at Newgate to the committee.").
-        max_tokens = max(8, int(8 * len(self._audio) / SAMPLE_RATE) + 8 - len(prefix))
-        options = dataclasses.replace(self.decode_options, max_new_tokens=max_tokens)
         window = yield WindowDecode(self.asr, WindowRequest(
             features, prompt, options, previous_hypothesis=self._previous_tokens, extra_processors=self.biasing,
             cross=self._cross_source(features), stats=self.stats.decoding, forced_prefix_length=len(prefix),

@@ -8,9 +8,9 @@ from burble.streaming.policy import (
     common_prefix_length,
     ends_sentence,
     find_trim_time,
-    words_before_a_reread,
     normalize_word,
     trailing_loop_start,
+    words_before_a_reread,
 )
 
 
