@@ -15,7 +15,8 @@ Per N:
   N = 1" on the same audio (each level's clients hear different recordings, so comparing the
   levels' WER with each other compares recordings, not load);
 - compute RTF: server CPU seconds per second of audio received (all sessions);
-- CPU: server CPU seconds per wall second (cores busy); RSS of the server process;
+- CPU: server CPU seconds per wall second (cores busy); RSS of the server process: the median of
+  samples while the clients stream, after they closed, and its peak;
 - dropped audio (real-time sessions lose their oldest audio when recognition falls behind);
 - decodes per batch: the server's engine decodes the windows of the streams ready at once as
   rows of one batch (``compute_batches`` in ``/metrics``); the mean is over decodes (the batch
@@ -112,6 +113,35 @@ class ServerProcess:
                 self.process.wait(60)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+
+
+class RSSSampler:
+    """The server's RSS every ``interval`` seconds while a level's clients stream (``with``).
+
+    Its median is what the level's live sessions hold; RSS after the level (sessions closed) is
+    what the allocator kept, and the peak (VmHWM) the most the process ever held.
+    """
+
+    def __init__(self, server: ServerProcess, interval: float = 0.25) -> None:
+        self.server, self.interval = server, interval
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.samples.append(self.server.memory_mb()[0])
+
+    def __enter__(self) -> "RSSSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def median(self) -> float:
+        return float(np.median(self.samples)) if self.samples else float("nan")
 
 
 # ------------------------------------------------------------------------------------ clients
@@ -231,6 +261,12 @@ def batch_sizes(batches: dict[int, int]) -> str:
     return f"{mean:.1f} / {max(size for size, n in batches.items() if n > 0)}"
 
 
+def warm_description(args: argparse.Namespace) -> str:
+    if args.warm_clients == 1:
+        return "one client, 5 s"
+    return f"{args.warm_clients} concurrent clients, {args.seconds:.0f} s each"
+
+
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
@@ -246,6 +282,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default="float32", help="server --dtype (bfloat16: ~1.6x less compute on CPUs with AVX-512 BF16)")
     parser.add_argument("--max-latency", type=float, default=3.0, help="p95 final-word latency bound for 'real time'")
     parser.add_argument("--keep-going", action="store_true", help="run every level even after one is not real time")
+    parser.add_argument("--warm-clients", type=int, default=1,
+                        help="concurrent clients of the warm-up before the levels (1: one 5 s clip; N > 1: N x --seconds)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
 
@@ -264,8 +302,15 @@ def main(argv=None) -> int:
     best = 0
     try:
         idle_rss, _ = server.memory_mb()
-        warm, _ = client_audio(items, 0, 5.0)
-        asyncio.run(run_client(server.url, warm))  # warm-up: first-call allocations, lazy imports
+        # Warm-up: first-call allocations and lazy imports; with --warm-clients N, also the
+        # process-wide state that N concurrent streams' batch shapes fill once (see the notes).
+        warm = [client_audio(items, k, 5.0 if args.warm_clients == 1 else args.seconds)[0] for k in range(args.warm_clients)]
+
+        async def run_warm():
+            return await asyncio.gather(*(run_client(server.url, audio) for audio in warm))
+
+        asyncio.run(run_warm())
+        warm_rss, _ = server.memory_mb()
         for n in args.levels:
             streams = [client_audio(items, k, args.seconds) for k in range(n)]
             before, cpu0, t0 = server.metrics(), server.cpu_seconds(), time.monotonic()
@@ -273,7 +318,8 @@ def main(argv=None) -> int:
             async def run_all():
                 return await asyncio.gather(*(run_client(server.url, audio) for audio, _ in streams))
 
-            results = asyncio.run(run_all())
+            with RSSSampler(server) as live:
+                results = asyncio.run(run_all())
             wall = time.monotonic() - t0
             cpu = server.cpu_seconds() - cpu0
             after = server.metrics()
@@ -291,7 +337,7 @@ def main(argv=None) -> int:
             rows.append([
                 n, f"{p50:.2f}", f"{p95:.2f}", f"{max(latencies, default=float('nan')):.2f}", f"{wer:.3f}",
                 f"{alone:.3f}", f"{wer / alone:.2f}" if alone else "-", f"{cpu / audio_s:.3f}" if audio_s else "-", f"{cpu / wall:.2f}", f"{dropped:.1f}",
-                f"{max(r.finished_after for r in results):.1f}", f"{rss:.0f} / {peak:.0f}", batch_sizes(batches),
+                f"{max(r.finished_after for r in results):.1f}", f"{live.median():.0f} / {rss:.0f} / {peak:.0f}", batch_sizes(batches),
                 "yes" if realtime else "no" + (f" ({len(errors)} errors)" if errors else ""),
             ])  # fmt: skip
             print(" | ".join(str(c) for c in rows[-1]), flush=True)
@@ -302,7 +348,7 @@ def main(argv=None) -> int:
 
     header = [
         "clients", "final-word latency p50 (s)", "p95 (s)", "max (s)", "WER", "WER alone", "WER / alone", "compute RTF (CPU s / audio s)",
-        "server CPU (cores)", "dropped audio (s)", "close after end (s)", "RSS now / peak (MiB)",
+        "server CPU (cores)", "dropped audio (s)", "close after end (s)", "RSS live median / after / peak (MiB)",
         "decodes per batch: mean / max", "real time",
     ]  # fmt: skip
     slots = args.compute_slots or os.cpu_count()
@@ -312,7 +358,8 @@ def main(argv=None) -> int:
         f"~{args.seconds:.0f} s of dev speech (joined with 1 s pauses) in real time (100 ms frames). Latency: "
         f"arrival of each final word minus its end in the audio. WER alone: the same clients' audio through "
         f"`burble stream --fast`, one at a time. Real time: nothing dropped and p95 <= "
-        f"{args.max_latency:g} s. Idle server RSS after loading: {idle_rss:.0f} MiB.\n\n"
+        f"{args.max_latency:g} s. Idle server RSS after loading: {idle_rss:.0f} MiB; after the warm-up "
+        f"({warm_description(args)}): {warm_rss:.0f} MiB.\n\n"
         + markdown_table(header, rows)
         + f"\n\nLargest N that stays real time: **{best}**.\n"
     )

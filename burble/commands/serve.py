@@ -109,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
     from burble.streaming.server.recognizers import default_compute_slots
 
     # Memory that stays flat (burble/heap.py): many streams' varying temporaries fragment the heap
-    # otherwise, and bfloat16 matmuls keep a weight copy per shape in oneDNN's primitive cache.
+    # otherwise, and oneDNN primitives (bfloat16 matmuls, the encoder's convolutions) pile up per
+    # shape in oneDNN's and PyTorch's ideep caches.
     fix_mmap_threshold()
     cap_primitive_cache()
 

@@ -119,12 +119,17 @@ class ComputeEngine:
       workers: threads that run calls at once (the cap on concurrent recognizer calls).
       name: thread name prefix.
       max_batch: most calls in steps that one worker runs together (1: no batching).
+      on_idle: called by the worker that leaves the engine with nothing running or queued, at
+        most once per ``idle_interval`` seconds (the server: :func:`burble.heap.release_free_memory`);
+        an exception from it is dropped.
+      idle_interval: the least time between two ``on_idle`` calls.
 
     Attributes:
       batch_sizes: how many batches of calls in steps ran, by size.
     """
 
-    def __init__(self, workers: int = 1, *, name: str = "burble-engine", max_batch: int = 8) -> None:
+    def __init__(self, workers: int = 1, *, name: str = "burble-engine", max_batch: int = 8,
+                 on_idle: Optional[Callable[[], Any]] = None, idle_interval: float = 1.0) -> None:
         if workers < 1 or max_batch < 1:
             raise ValueError("an engine needs at least one worker, and max_batch >= 1")
         self.workers = workers
@@ -137,6 +142,9 @@ class ComputeEngine:
         self._closed = False
         self._queued = 0
         self.running = 0
+        self._on_idle = on_idle
+        self._idle_interval = idle_interval
+        self._last_idle_call = -float("inf")
 
     def lane(self) -> Lane:
         """A new stream's lane."""
@@ -217,6 +225,26 @@ class ComputeEngine:
                     if lane._tasks and not lane.closed:
                         self._ready.append(lane)  # to the back: the other lanes go first
                         self._lock.notify()
+                idle = self._idle_due()
+            if idle:
+                self._call_on_idle()
+
+    def _idle_due(self) -> bool:
+        """Whether ``on_idle`` is due now: nothing runs or waits (called with the lock held)."""
+        if self._on_idle is None or self._ready or self.running:
+            return False
+        now = time.monotonic()
+        if now - self._last_idle_call < self._idle_interval:
+            return False
+        self._last_idle_call = now
+        return True
+
+    def _call_on_idle(self) -> None:
+        assert self._on_idle is not None
+        try:
+            self._on_idle()
+        except Exception:  # a housekeeping hook must not take a worker down
+            pass
 
     def _run(self, tasks: list[_Task]) -> None:
         """Run one plain call, or calls in steps together; their futures get the outcomes."""

@@ -257,3 +257,42 @@ def test_run_steps_drives_one_call_alone():
     assert run_steps(_two_steps(3)) == (3, 9, 100) and _Square.batches == [[3], [10]]
     with pytest.raises(ValueError):
         run_steps(_two_steps(-3))
+
+
+def test_on_idle_runs_when_the_engine_empties_at_most_once_per_interval():
+    """Busy workers never call it; the worker that leaves the engine empty does, and a burst of
+    short calls within the interval calls it once. A failing hook leaves the worker serving."""
+    seen: list[tuple[int, int]] = []
+    engine: ComputeEngine
+
+    def on_idle() -> None:
+        seen.append((engine.running, engine.waiting))
+        raise RuntimeError("a housekeeping hook that fails")
+
+    engine = ComputeEngine(2, on_idle=on_idle, idle_interval=60.0)
+    lanes = [engine.lane() for _ in range(4)]
+    futures = [lane.submit(time.sleep, 0.01) for lane in lanes for _ in range(3)]
+    for f in futures:
+        f.result(timeout=10)
+    deadline = time.monotonic() + 5
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert seen == [(0, 0)]  # nothing ran or waited when it was called, and only once in 60 s
+    assert lanes[0].submit(lambda: "still serving").result(timeout=10) == "still serving"
+    time.sleep(0.05)
+    assert len(seen) == 1  # the interval holds for later idle moments too
+    engine.close()
+
+
+def test_on_idle_is_called_again_after_its_interval():
+    calls: list[float] = []
+    engine = ComputeEngine(1, on_idle=lambda: calls.append(time.monotonic()), idle_interval=0.05)
+    lane = engine.lane()
+    lane.submit(lambda: None).result(timeout=10)
+    time.sleep(0.1)
+    lane.submit(lambda: None).result(timeout=10)
+    deadline = time.monotonic() + 5
+    while len(calls) < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert len(calls) == 2 and calls[1] - calls[0] >= 0.05
+    engine.close()

@@ -41,6 +41,7 @@ from urllib.parse import urlsplit
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request, Response
 
+from burble.heap import release_free_memory
 from burble.streaming.server.context import SessionContext
 from burble.streaming.server.dialects import websocket_routes
 from burble.streaming.server.http import json_response, static_response, text_response
@@ -75,7 +76,11 @@ class AsrServer:
         self.factory = factory
         self.options = options
         self.routes = websocket_routes(options.dialect)
-        self.engine = ComputeEngine(options.compute_slots or default_compute_slots(), name="burble-compute")
+        # Idle moments hand the heaps' free pages back (burble/heap.py): a long-running server's RSS
+        # then follows what its sessions hold, not the most its decodes ever allocated.
+        self.engine = ComputeEngine(
+            options.compute_slots or default_compute_slots(), name="burble-compute", on_idle=release_free_memory,
+        )
         self.metrics = ServerMetrics()
         context = SessionContext(options, self.metrics, self.engine, factory, self._unregister)
         # ``voice``: what ``/tts`` speaks with (default: ``burble.tts.load()``, on first use).
