@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import sys
 from typing import Any, Optional
@@ -35,8 +36,13 @@ PRIMITIVE_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_
 IDEEP_CACHE_VARIABLES = ("LRU_CACHE_CAPACITY",)  # PyTorch's ideep layer (aten's mkldnn ops)
 
 
+@functools.lru_cache(maxsize=None)
 def _glibc_function(name: str) -> Optional[Any]:
-    """``name`` from the C library if it is glibc's (``None`` off Linux, or on musl, which lacks it)."""
+    """``name`` from the C library if it is glibc's (``None`` off Linux, or on musl, which lacks it).
+
+    Looked up once: ``find_library`` runs ``ldconfig`` in a subprocess, and the engine calls
+    :func:`release_free_memory` up to once a second.
+    """
     if not sys.platform.startswith("linux"):
         return None
     library = ctypes.util.find_library("c")
@@ -92,11 +98,12 @@ def cap_primitive_cache(capacity: int = SERVER_PRIMITIVE_CACHE) -> bool:
     - oneDNN's: in bfloat16 a matmul primitive holds its own reordered copy of the weights (~0.5
       MB each for tiny.en); one tiny.en stream fed 240 s grew ~190 MiB more than one fed 30 s.
       With 64 entries the same run grew 26 MiB, at the same speed (float32 never grew).
-    - ideep's: in float32 too, through the encoder's convolutions, whose input length changes
-      with every chunk. Eight pipelines with VAD on a 2-worker engine (30 s each, one process)
-      left 93 MiB more in malloc's in-use bytes after they closed than one pipeline had, and 28
-      MiB more after a second round; with 64 entries 27 and 1 MiB; with ``torch.backends.mkldnn``
-      off, 7 and 2 MiB (so it is these caches, not the streams).
+    - ideep's: in float32 too. Eight pipelines with VAD on a 2-worker engine (30 s each, one
+      process) left 93 MiB more in malloc's in-use bytes after they closed than one pipeline had,
+      and 28 MiB more after a second round; with 64 entries 27 and 1 MiB; with
+      ``torch.backends.mkldnn`` off, 7 and 2 MiB (so it is these caches, not the streams). The
+      encoder's convolutions, whose input length changes with every chunk, are one source: 400
+      lengths of tiny.en's second convolution leave ~10 MiB behind, ~2 MiB with 8 entries.
 
     Both read their variable once, when torch first runs a oneDNN primitive: call this before any
     model work. A setting in the environment is the user's choice and is left alone.
