@@ -22,6 +22,7 @@ from burble.asr.window import WindowResult
 from burble.decoding.drafters import PreviousHypothesisDrafter
 from burble.decoding.generate import generate
 from burble.decoding.stats import SpeculativeStats
+from burble.kernels.attention import KeysValues
 
 
 def decode_windows(
@@ -75,7 +76,7 @@ def decode_windows(
     return [best_of_rows(whisper, result, temperature, rows=range(i * samples, (i + 1) * samples)) for i in range(batch)]
 
 
-CrossKeysValuesOf = Callable[[], list[tuple[torch.Tensor, torch.Tensor]]]
+CrossKeysValuesOf = Callable[[], list[KeysValues]]
 
 
 @dataclass

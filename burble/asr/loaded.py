@@ -17,6 +17,7 @@ from burble.asr.whisper.loading import Checkpoint
 from burble.asr.whisper.model import Whisper, WhisperTextModel
 from burble.asr.whisper.static_decoder import StaticSteps, StaticWhisperTextModel
 from burble.decoding.mtp import MTPHeads
+from burble.kernels.attention import KeysValues
 
 # Trained multi-token-prediction draft heads shipped with burble (recipes/mtp_heads reproduces them).
 HEADS_DIR = Path(__file__).resolve().parent / "whisper" / "heads"
@@ -83,8 +84,8 @@ class LoadedWhisper:
         return self.model.device
 
     def text_model(
-        self, audio_features: torch.Tensor, cross: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None,
-        cross_rows: Optional[list[list[tuple[torch.Tensor, torch.Tensor]]]] = None,
+        self, audio_features: torch.Tensor, cross: Optional[list[KeysValues]] = None,
+        cross_rows: Optional[list[list[KeysValues]]] = None,
     ) -> WhisperTextModel:
         """The decoder bound to ``audio_features`` ``(1 or B, 1500, D)``, static or dynamic
         (``cross``: their cross-attention K/V per layer, if the caller has them; ``cross_rows``:

@@ -24,6 +24,7 @@ from burble.decoding.generate import GenerationResult, generate
 from burble.decoding.options import DecodingOptions
 from burble.decoding.speculative import Drafter
 from burble.decoding.stats import SpeculativeStats
+from burble.kernels.attention import KeysValues
 
 
 def decoding_options(
@@ -72,7 +73,7 @@ def decode_window(
     drafter: Optional[Drafter] = None,
     previous_hypothesis: Sequence[int] = (),
     extra_processors: Optional[ProcessorFactory] = None,
-    cross: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None,
+    cross: Optional[list[KeysValues]] = None,
     record_alignment: bool = False,
     forced_prefix_length: int = 0,
 ) -> WindowResult:

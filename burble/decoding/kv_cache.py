@@ -32,6 +32,8 @@ from typing import Optional
 
 import torch
 
+from burble.kernels.attention import KeysValues
+
 GROWTH_STEP = 128  # positions: storage grows in multiples of this
 
 
@@ -43,7 +45,8 @@ class KVCache:
       keys: per layer ``(B, H, capacity, D)`` (``capacity == max_length`` unless the cache grows).
       values: per layer ``(B, H, capacity, D)``.
       length: number of valid positions (the same for every batch row).
-      cross: per layer ``(k, v)`` cross-attention tensors ``(B, H, S, D)``, or empty.
+      cross: per layer ``(k, v)`` cross-attention tensors ``(B, H, S, D)`` (or batch 1 in
+        segments, a stream's: :class:`~burble.kernels.attention.KeyValueSegments`), or empty.
       cross_rows: per row, per layer ``(k, v)`` ``(1, H, S_b, D)`` instead of ``cross`` when the
         rows attend to sources of their own lengths (different streams' audio), each read where
         its stream keeps it; ``None``: ``cross``.
@@ -53,8 +56,8 @@ class KVCache:
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
     length: int = 0
-    cross: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
-    cross_rows: Optional[list[list[tuple[torch.Tensor, torch.Tensor]]]] = None
+    cross: list[KeysValues] = field(default_factory=list)
+    cross_rows: Optional[list[list[KeysValues]]] = None
     limit: Optional[int] = None
 
     @classmethod
@@ -181,8 +184,8 @@ class KVCache:
             self.values[i] = self._select_filled(self.values[i], index)
         # Cross K/V with batch 1 are shared by every row (one audio) and broadcast in attention;
         # rows of different audio carry their own and move with the row.
-        if self.cross and self.cross[0][0].shape[0] > 1:
-            self.cross = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.cross]
+        if self.cross and isinstance(self.cross[0], tuple) and self.cross[0][0].shape[0] > 1:
+            self.cross = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.cross]  # type: ignore[misc]
         if self.cross_rows is not None:
             self.cross_rows = [self.cross_rows[i] for i in index.tolist()]
 

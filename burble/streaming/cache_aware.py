@@ -22,8 +22,8 @@ encoder state instead (issue 13, first opt-in version):
   the far padding, not because it needs it encoded against this stream's audio (measured below).
 * **Cross-attention K/V.** The decoder's keys and values of the final frames are projected once
   per layer (:class:`CrossKeysValues`) and extended by each chunk's new frames; a decode
-  projects only its tail's own frames (those of the shared padding are projected once per
-  model). They restart with the encoder state (a trim or an endpoint).
+  projects only its tail's own frames, kept for that decode alone (those of the shared padding
+  are projected once per model). They restart with the encoder state (a trim or an endpoint).
 * **Everything else is the re-encoding recognizer's**: the decode (``asr.decode_window`` with the
   previous hypothesis as the lossless speculative draft), LocalAgreement commits, word timing by
   DTW over the alignment heads, the trim rule (sentence ends, or a forced trim past
@@ -60,6 +60,7 @@ from burble.asr.whisper.model import Whisper
 from burble.asr.whisper.streaming_encoder import EncoderState, StreamingEncoder, StreamingEncoderOptions, padding_encoding
 from burble.audio import SAMPLE_RATE
 from burble.decoding.kv_cache import KVCache
+from burble.kernels.attention import KeyValueSegments
 from burble.streaming.events import StreamEvent
 from burble.streaming.recognizer import RecognizerStats, StreamingOptions, WhisperStreamingRecognizer
 
@@ -156,31 +157,33 @@ class CrossKeysValues:
     """The decoder's cross-attention keys/values of one stream's audio features, per layer.
 
     The features are the encoder state's final frames (never recomputed until a trim or a new
-    state) followed by a padding tail that changes every decode. Both live in per-layer buffers
-    that grow with the window: the final frames' K/V at ``[0, final)``, extended by the frames
-    that became final since the last decode, and after them the tail's, which the next decode
-    overwrites. Each decode projects ``new final + tail`` frames, not the window, and of the tail
-    only its own frames: the K/V of its shared padding frames come from
-    :func:`padding_keys_values` (copied in, ~3 MB for tiny.en). The views a decode gets stay valid
-    until the stream's next decode, so a compute engine can decode many streams' windows in one
-    batch, each row reading its K/V where its stream keeps them (no copy into a batch).
+    state) followed by a padding tail that changes every decode. Only the final frames' K/V are
+    kept, in per-layer buffers, extended by the frames that became final since
+    the last decode. A decode gets each layer's K/V in three segments
+    (:class:`~burble.kernels.attention.KeyValueSegments`, attended to as one sequence): views of
+    those buffers, the tail's own frames projected for this decode alone, and the tail's shared
+    padding frames, views of :func:`padding_keys_values` (projected once per model). So between
+    decodes a stream holds the K/V of its final frames only: a tail's (~600 frames, ~7 MB for
+    tiny.en) live as long as its decode, not as long as the stream. The segments stay valid until
+    the stream's next decode, so a compute engine can decode many streams' windows in one batch,
+    each row reading its K/V where its stream keeps them (no copy into a batch).
 
     Args:
       model: the Whisper model whose decoder attends to the features.
-      max_frames: the position budget (content + tail never exceed it).
-      initial_frames: positions allocated at first; the buffers grow on demand up to ``max_frames``.
+      max_frames: the position budget (content + tail never exceed it); the buffers hold that
+        many positions, uninitialised, resident only once written (as the encoder state's, see
+        :meth:`~burble.asr.whisper.streaming_encoder.StreamingEncoder.new_state`).
       padding: the shared padding states a tail's last frames may come from (``None``: none).
     """
 
-    def __init__(self, model: Whisper, max_frames: int, initial_frames: int, padding: Optional[torch.Tensor] = None) -> None:
+    def __init__(self, model: Whisper, max_frames: int, padding: Optional[torch.Tensor] = None) -> None:
         self.blocks = [block.cross_attn for block in model.decoder.blocks]
         dims = model.dims
         weight = model.decoder.token_embedding.weight
-        # Storage grows with the window (a KVCache's growth), not allocated for all 1500 frames.
         self.buffers = KVCache.allocate(
             num_layers=len(self.blocks), batch_size=1, num_heads=dims.n_text_head,
             head_dim=dims.n_text_state // dims.n_text_head, max_length=max_frames,
-            initial_length=initial_frames, dtype=weight.dtype, device=weight.device,
+            dtype=weight.dtype, device=weight.device,
         )
         self._padding = None if padding is None else padding_keys_values(model, padding)
         # Which state the buffers belong to, without keeping a replaced state (and its caches) alive.
@@ -189,8 +192,8 @@ class CrossKeysValues:
         self.length = 0  # final frames whose K/V are in the buffers
 
     @torch.inference_mode()
-    def of(self, state: EncoderState, features: torch.Tensor, shared_frames: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """K/V of ``features`` (``state``'s final frames, then a tail), each ``(1, H, T, d)``.
+    def of(self, state: EncoderState, features: torch.Tensor, shared_frames: int = 0) -> list[KeyValueSegments]:
+        """K/V of ``features`` (``state``'s final frames, then a tail), per layer in segments of ``(1, H, T_i, d)``.
 
         The last ``shared_frames`` features must be the shared padding states at their positions.
         """
@@ -202,12 +205,19 @@ class CrossKeysValues:
             raise ValueError(f"features {tuple(features.shape)} do not fit one stream's {self.buffers.max_length} positions")
         if shared_frames and self._padding is None:
             raise ValueError("shared padding frames need the padding states (CrossKeysValues(padding=...))")
-        new = features[:, self.length : own]  # frames that became final since the last call, and the tail's own
-        kv = [self.buffers.write(i, self.length, *block.project_kv(new)) for i, block in enumerate(self.blocks)]
-        if shared_frames:
-            kv = [self.buffers.write(i, own, k[:, :, own:total], v[:, :, own:total]) for i, (k, v) in enumerate(self._padding)]  # type: ignore[arg-type]
-        self.length = final  # the tail's positions are rewritten by the next call
-        return kv
+        new = features[:, self.length : final]  # frames that became final since the last call
+        tail = features[:, final:own]
+        layers = []
+        for i, block in enumerate(self.blocks):
+            parts = [self.buffers.write(i, self.length, *block.project_kv(new))] if final else []
+            if own > final:  # contiguous: the scores' matmul reads every key of every head
+                parts.append(tuple(t.contiguous() for t in block.project_kv(tail)))
+            if shared_frames:
+                k, v = self._padding[i]  # type: ignore[index]
+                parts.append((k[:, :, own:total], v[:, :, own:total]))
+            layers.append(KeyValueSegments(tuple(parts)))
+        self.length = final
+        return layers
 
 
 @dataclass
@@ -284,7 +294,7 @@ class CacheAwareWhisperRecognizer(WhisperStreamingRecognizer):
         """The utterance ended: commit everything, then start a fresh frontend and encoder state."""
         events = super().endpoint(at_sample)
         self._frontend.reset()
-        # Fresh, small storage: the last utterance's grown caches go back to the allocator.
+        # Fresh, unwritten storage: the last utterance's goes back to the allocator (to the OS in `burble serve`).
         self._state = self.encoder.new_state()
         self._cross = self._new_cross()
         return events
@@ -294,7 +304,7 @@ class CacheAwareWhisperRecognizer(WhisperStreamingRecognizer):
     def _new_cross(self) -> CrossKeysValues:
         shares = self.encoder.options.near_tail_frames is not None
         padding = padding_encoding(self.encoder).states if shares else None
-        return CrossKeysValues(self.asr.model, self.encoder.max_frames, self.encoder.initial_frames, padding)
+        return CrossKeysValues(self.asr.model, self.encoder.max_frames, padding)
 
     @property
     def encoder_state(self) -> EncoderState:
@@ -330,7 +340,7 @@ class CacheAwareWhisperRecognizer(WhisperStreamingRecognizer):
         frames = min(len(self._audio) // HOP_LENGTH, 2 * state.n_received)
         return features, frames
 
-    def _cross_kv(self, features: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def _cross_kv(self, features: torch.Tensor) -> list[KeyValueSegments]:
         """The decoder's cross-attention K/V of ``features`` (views of this stream's buffers, see :class:`CrossKeysValues`)."""
         return self._cross.of(self._state, features, self._shared_frames)
 

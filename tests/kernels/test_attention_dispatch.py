@@ -8,7 +8,9 @@ import torch.nn.functional as F
 
 from burble.kernels import attention as attention_module
 from burble.kernels import triton_attention
-from burble.kernels.attention import attention, causal_mask, get_default_backend, set_default_backend
+from burble.kernels.attention import (
+    KeyValueSegments, attention, causal_mask, get_default_backend, segmented_attention, set_default_backend,
+)
 
 
 def _qkv(batch=2, heads=3, q_len=4, k_len=9, dim=16, seed=0, dtype=torch.float64):
@@ -129,3 +131,23 @@ def test_unsupported_calls_fall_back_with_a_reason(monkeypatch, change, reason):
     if q.dim() == 4 and q.dtype == k.dtype:
         with pytest.raises(ValueError, match=reason):
             attention(q, k, v, mask=mask, backend="triton")
+
+
+def test_segmented_attention_is_attention_over_the_joined_keys():
+    """Segments (here 3, with batch-1 segments shared by two query rows, one a strided view) give
+    SDPA's output over the joined keys, and the kept heads' scores are the scaled scores."""
+    q, k, v = _qkv(batch=2, heads=4, q_len=3, k_len=20, dtype=torch.float32)
+    k, v = k[:1], v[:1]
+    cuts = [(0, 7), (7, 15), (15, 20)]
+    parts = tuple((k[:, :, a:b], v[:, :, a:b].contiguous()) for a, b in cuts)
+    source = KeyValueSegments(parts)
+    assert source.length == 20
+    out, scores = segmented_attention(q, source, keep_heads=[1, 3])
+    expected = F.scaled_dot_product_attention(q, k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1))
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(scores, (q[:, [1, 3]] @ k[:, [1, 3]].transpose(-1, -2)) / 4.0)  # D = 16
+    joined_k, joined_v = source.joined()
+    assert torch.equal(joined_k, k) and torch.equal(joined_v, v)
+    # Each segment counts: attention over the first two alone is another answer.
+    partial, none = segmented_attention(q, KeyValueSegments(parts[:2]))
+    assert none is None and (partial - expected).abs().max() > 1e-3

@@ -13,6 +13,7 @@ import pytest
 import burble
 from burble.audio import SAMPLE_RATE
 from burble.audio.io import load_audio
+from burble.kernels.attention import KeyValueSegments
 from burble.streaming.cache_aware import CacheAwareWhisperRecognizer
 from burble.streaming.engine import ComputeEngine, run_together
 from burble.streaming.recognizer import WhisperStreamingRecognizer, WindowDecode
@@ -95,8 +96,9 @@ def test_rows_that_lost_their_own_audio_length_would_be_caught(asr, clips, monke
 
     def one_length(self, audio_features, cross=None, cross_rows=None):
         if cross_rows is not None:
-            shortest = min(row[0][0].shape[2] for row in cross_rows)
-            cross_rows = [[(k[:, :, :shortest], v[:, :, :shortest]) for k, v in row] for row in cross_rows]
+            joined = [[kv.joined() if isinstance(kv, KeyValueSegments) else kv for kv in row] for row in cross_rows]
+            shortest = min(row[0][0].shape[2] for row in joined)
+            cross_rows = [[(k[:, :, :shortest], v[:, :, :shortest]) for k, v in row] for row in joined]
         return inner(self, audio_features, cross, cross_rows)
 
     reference = _together(_make(asr, "cccc"), clips)

@@ -203,8 +203,9 @@ def test_options_are_validated():
 
 
 def test_cross_attention_keys_values_extend_with_final_frames_and_restart_after_a_trim(asr):
-    """Every decode's cross-attention K/V equal the decoder projecting its whole features, while
-    only new final frames and the tail are projected (and everything again after a trim)."""
+    """Every decode's cross-attention K/V (its segments, joined) equal the decoder projecting its
+    whole features, while only new final frames and the tail are projected (and everything again
+    after a trim)."""
     audio = load_audio("examples/jfk.wav")
     recognizer = CacheAwareWhisperRecognizer(asr)
     decoder = asr.model.decoder
@@ -229,10 +230,11 @@ def test_cross_attention_keys_values_extend_with_final_frames_and_restart_after_
             projected.clear()
             cross = recognizer._cross_kv(features)
             shared = recognizer._shared_frames  # the tail's shared padding: projected once per model
-            assert shared == 256 and projected == [features.shape[1] - before - shared]  # new final frames + tail, not the window
+            assert shared == 256 and sum(projected) == features.shape[1] - before - shared  # new final frames + tail, not the window
             with torch.inference_mode():
                 reference = decoder.cross_kv(features)
-            for (k, v), (k_ref, v_ref) in zip(cross, reference):
+            for segments, (k_ref, v_ref) in zip(cross, reference):
+                k, v = segments.joined()
                 assert torch.allclose(k, k_ref, atol=1e-5) and torch.allclose(v, v_ref, atol=1e-5)
             assert recognizer._cross.length == state.n_final
             checked += 1
@@ -241,7 +243,7 @@ def test_cross_attention_keys_values_extend_with_final_frames_and_restart_after_
                 features, _ = recognizer._encode()
                 projected.clear()
                 recognizer._cross_kv(features)
-                assert projected == [features.shape[1] - shared]
+                assert sum(projected) == features.shape[1] - shared
     finally:
         for block in decoder.blocks:
             del block.cross_attn.project_kv
@@ -253,9 +255,9 @@ def test_cross_attention_keys_values_extend_with_final_frames_and_restart_after_
 def test_a_streams_encoder_cache_keeps_no_padding_tail_between_calls(asr, monkeypatch):
     """A stream's encoder cache holds its final frames (and a step's lookahead), never the
     512-frame padding tail: the tail is encoded in the worker thread's scratch and dropped (issue
-    14's memory per stream). The decoder's cross-attention K/V of the tail stay in the stream's
-    own buffers after its final frames (~6 MB for tiny.en), so that a batch of streams' decodes
-    reads each row's K/V in place instead of copying them into one tensor (~12 MB per row)."""
+    14's memory per stream). Nor do the decoder's cross-attention K/V buffers: the tail's K/V
+    (~7 MB for tiny.en) are a decode's own segment, dropped with it, while a batch of streams'
+    decodes still reads each row's final frames in place (no copy into one tensor)."""
     # Per cache, the most positions it was asked to hold beyond the stream's final frames at the
     # time (a trim or an endpoint between two checks lowers the final count; the ask stays right).
     asked: dict[int, int] = {}
@@ -279,8 +281,8 @@ def test_a_streams_encoder_cache_keeps_no_padding_tail_between_calls(asr, monkey
         states.append(weakref.ref(state))
         # A step encodes one chunk (the first one: 3 s) and its lookahead past the final frames.
         assert asked.pop(id(state.cache), 0) <= options.first_chunk_frames + options.lookahead_frames
-        # The decoder's: the tail (received frames not final yet, then the padding).
-        assert asked.pop(id(r._cross.buffers), 0) <= options.first_chunk_frames + options.lookahead_frames + options.tail_frames
+        # The decoder's: its final frames, nothing past them.
+        assert asked.pop(id(r._cross.buffers), 0) <= 0
         assert max(asked.values(), default=0) > 256  # the encoder's tail went somewhere: the scratch
         asked.clear()
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from burble.asr.whisper.attention_record import CrossAttentionRecord
 from burble.decoding.kv_cache import KVCache
-from burble.kernels.attention import attention
+from burble.kernels.attention import KeysValues, KeyValueSegments, attention, segmented_attention
 from burble.kernels.linear import MAX_PACKED_ROWS, weight_linear
 
 
@@ -109,24 +109,39 @@ class ResidualAttentionBlock(nn.Module):
         h = self.cross_attn_ln(x)
         q = self.cross_attn.split_heads(self.cross_attn.query(h))
         if cache.cross_rows is not None:  # rows of different streams: each attends to its own audio
-            rows = [row[layer] for row in cache.cross_rows]
-            out = torch.cat([attention(q[b : b + 1], k, v) for b, (k, v) in enumerate(rows)])
+            per_row = [_cross_attention(q[b : b + 1], row[layer], capture_heads) for b, row in enumerate(cache.cross_rows)]
+            out = torch.cat([row_out for row_out, _ in per_row])
+            scores = [row_scores for _, row_scores in per_row]
         else:
-            ck, cv = cache.cross[layer]
-            if ck.shape[0] != q.shape[0]:
-                ck, cv = ck.expand(q.shape[0], -1, -1, -1), cv.expand(q.shape[0], -1, -1, -1)
-            rows = [(ck, cv)]
-            out = attention(q, ck, cv)
+            out, one = _cross_attention(q, cache.cross[layer], capture_heads)
+            scores = [one]
         x = x + self.cross_attn.out(self.cross_attn.merge_heads(out))
         weights = None
         if capture_heads:
-            # Word timing needs the cross-attention *weights* of a few alignment heads; the fused
-            # op returns only outputs, so those heads' softmax(QK^T) is computed on the side.
-            qs = [q] if len(rows) == 1 else list(q.split(1))
-            scores = [qh[:, capture_heads] @ k[:, capture_heads].transpose(-1, -2) for qh, (k, _) in zip(qs, rows)]
             frames = max(s.shape[-1] for s in scores)  # rows' own lengths, right-padded (read up to them only)
-            weights = torch.cat([nn.functional.pad(s, (0, frames - s.shape[-1])) for s in scores]).float() * q.shape[-1] ** -0.5
+            weights = torch.cat([F.pad(s, (0, frames - s.shape[-1])) for s in scores])  # type: ignore[union-attr]
         return x + self.mlp(self.mlp_ln(x)), weights
+
+
+def _cross_attention(
+    q: torch.Tensor, source: KeysValues, capture_heads: Optional[list[int]]
+) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Cross-attention of ``q`` over one audio's K/V (batch 1 serves every row), and the scaled
+    scores (float32) of ``capture_heads`` when asked.
+
+    Word timing needs the cross-attention *weights* of a few alignment heads; the fused op returns
+    only outputs, so over whole K/V those heads' scores are computed on the side (segmented K/V
+    compute every score anyway).
+    """
+    if isinstance(source, KeyValueSegments):
+        return segmented_attention(q, source, keep_heads=capture_heads)
+    k, v = source
+    if k.shape[0] != q.shape[0]:
+        k, v = k.expand(q.shape[0], -1, -1, -1), v.expand(q.shape[0], -1, -1, -1)
+    out = attention(q, k, v)
+    if not capture_heads:
+        return out, None
+    return out, (q[:, capture_heads] @ k[:, capture_heads].transpose(-1, -2)).float() * q.shape[-1] ** -0.5
 
 
 class AudioEncoder(nn.Module):
@@ -300,7 +315,8 @@ class WhisperTextModel:
       audio_features: ``(1 or B, 1500, D)`` encoder output (batch 1 is shared by every row).
       num_layers: use only the first layers (the early-exit self-draft view of the same weights).
       cross: each layer's cross-attention K/V of ``audio_features``, if the caller has them (a
-        stream extends them as its frames become final); computed here otherwise.
+        stream extends them as its frames become final, and may hand them over in segments:
+        :class:`~burble.kernels.attention.KeyValueSegments`); computed here otherwise.
       cross_rows: per row, each layer's cross-attention K/V ``(1, H, T_b, d)`` of its own audio,
         instead of ``cross`` (rows of different streams: :func:`burble.asr.batching.decode_rows`).
 
@@ -313,8 +329,8 @@ class WhisperTextModel:
 
     def __init__(
         self, model: Whisper, audio_features: torch.Tensor, num_layers: Optional[int] = None,
-        cross: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None,
-        cross_rows: Optional[list[list[tuple[torch.Tensor, torch.Tensor]]]] = None,
+        cross: Optional[list[KeysValues]] = None,
+        cross_rows: Optional[list[list[KeysValues]]] = None,
     ) -> None:
         self.model = model
         self.audio_features = audio_features
@@ -326,7 +342,7 @@ class WhisperTextModel:
         if cross is not None and len(cross) < self.num_layers:
             raise ValueError(f"{len(cross)} layers of cross-attention K/V for a {self.num_layers}-layer decoder")
         if cross_rows is not None:  # nothing shared: each row's K/V are read where its stream keeps them
-            self._cross: list[tuple[torch.Tensor, torch.Tensor]] = []
+            self._cross: list[KeysValues] = []
         else:
             self._cross = list(cross[: self.num_layers]) if cross is not None else model.decoder.cross_kv(audio_features, self.num_layers)
 
@@ -420,7 +436,8 @@ class WhisperTextModel:
         """The last decoder layer's cross-attention keys/values (the audio): what MTP heads attend
         to. The full model has computed them already; an early-exit view projects them once."""
         if len(self._cross) == self.model.dims.n_text_layer:
-            return self._cross[-1]
+            last = self._cross[-1]
+            return last.joined() if isinstance(last, KeyValueSegments) else last
         if getattr(self, "_last_layer_kv", None) is None:
             block = self.model.decoder.blocks[-1].cross_attn
             k, v = block.project_kv(self.audio_features)  # type: ignore[union-attr]

@@ -29,7 +29,7 @@ from typing import Optional
 import torch
 
 from burble.decoding.kv_cache import KVCache
-from burble.kernels.attention import attention
+from burble.kernels.attention import KeysValues, KeyValueSegments, attention
 from burble.asr.whisper.model import Whisper, WhisperTextModel
 
 
@@ -74,11 +74,12 @@ class StaticDecoderStep:
         self.logits: Optional[torch.Tensor] = None  # (B, 1, V) float32
         self._graph: Optional["torch.cuda.CUDAGraph"] = None
 
-    def bind(self, cross: list[tuple[torch.Tensor, torch.Tensor]]) -> KVCache:
+    def bind(self, cross: list[KeysValues]) -> KVCache:
         """Copy one decode's cross-attention keys/values in and return the (emptied) cache."""
         if len(cross) != len(self.cross):
             raise ValueError(f"{len(cross)} cross-attention layers for a {len(self.cross)}-layer step")
-        for (k_static, v_static), (k, v) in zip(self.cross, cross):
+        for (k_static, v_static), source in zip(self.cross, cross):
+            k, v = source.joined() if isinstance(source, KeyValueSegments) else source
             k_static.copy_(k.expand_as(k_static))
             v_static.copy_(v.expand_as(v_static))
         self.cache.keys, self.cache.values = list(self._keys), list(self._values)
@@ -168,7 +169,7 @@ class StaticWhisperTextModel(WhisperTextModel):
 
     def __init__(
         self, model: Whisper, audio_features: torch.Tensor, steps: "StaticSteps", *, graph: Optional[bool] = None,
-        cross: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None,
+        cross: Optional[list[KeysValues]] = None,
     ) -> None:
         super().__init__(model, audio_features, cross=cross)
         self._steps = steps

@@ -282,12 +282,6 @@ def _conv_frames(encoder: AudioEncoder, mel: torch.Tensor, n_mel: int, start: in
     return out.transpose(1, 2)
 
 
-def first_frames_needed(options: StreamingEncoderOptions) -> int:
-    """Positions a stream's own cache needs at first: its first chunk and the lookahead (the tail
-    is computed in a per-thread scratch, see :meth:`StreamingEncoder.padding_tail`)."""
-    return options.chunk_at(0) + options.lookahead_frames
-
-
 class StreamingEncoder:
     """Block-causal streaming over a loaded Whisper encoder's own modules (weights are shared).
 
@@ -320,9 +314,6 @@ class StreamingEncoder:
             raise ValueError("near_tail_frames must be >= 0")
         # Frames a stream may receive before it must trim: the tail's positions are reserved.
         self.capacity = self.max_frames - o.tail_frames
-        # A state's K/V storage starts at the first call's needs (first chunk and lookahead) and
-        # grows with the content: a stream holds the memory of its window, not of 30 s.
-        self.initial_frames = min(self.max_frames, first_frames_needed(o))
         # An automatic trim must free at least one chunk (see the module docstring's rule): at
         # overflow at least capacity - 2C - R frames are final.
         first = o.chunk_at(0)
@@ -340,7 +331,17 @@ class StreamingEncoder:
         self.n_head = block.attn.n_head
 
     def new_state(self, batch_size: int = 1) -> EncoderState:
-        """A fresh stream (``batch_size`` streams fed in lockstep share one state)."""
+        """A fresh stream (``batch_size`` streams fed in lockstep share one state).
+
+        Its storage holds every position at once, uninitialised (only ``[:n_mel]`` and
+        ``[:n_final]`` are ever read): blocks this size (a layer's keys: 2.3 MB for tiny.en in
+        float32) are the kernel's pages (glibc's mmap; ``burble serve`` fixes its threshold at 1
+        MiB, ``burble.heap``), resident only once written, so a stream holds the memory of its
+        window, not of 30 s. K/V storage that started at the first chunk and grew with the window
+        (``KVCache``'s ``initial_length``) was reallocated and copied as it grew, and its sub-MiB
+        blocks fragmented glibc's heap: 4.3 MiB more per added server stream
+        (``benchmarks/server_load.py``, 8 vs 1 clients, 2026-12-05).
+        """
         cache = KVCache.allocate(
             num_layers=len(self.encoder.blocks),
             batch_size=batch_size,
@@ -349,10 +350,7 @@ class StreamingEncoder:
             max_length=self.max_frames,
             dtype=self.dtype,
             device=self.device,
-            initial_length=self.initial_frames,
         )
-        # Uninitialised: only ``[:n_mel]`` and ``[:n_final]`` are ever read, so the pages a stream
-        # never reaches are never touched (no resident memory for a 30 s window it does not fill).
         mel = torch.empty(batch_size, self.n_mels, 2 * self.capacity, dtype=self.dtype, device=self.device)
         content = torch.empty(batch_size, self.max_frames, self.n_state, dtype=self.dtype, device=self.device)
         return EncoderState(mel=mel, n_mel=0, cache=cache, content=content)
