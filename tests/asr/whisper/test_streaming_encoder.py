@@ -7,6 +7,9 @@ boundaries, conv context, lookahead recomputation, the padding tail and trims ar
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -331,3 +334,42 @@ def test_first_chunk_changes_the_first_states(model, real_mel):
     assert float((plain[:, :100] - first[:, :100]).abs().max()) > 0.05
     with pytest.raises(ValueError):
         StreamingEncoder(model, StreamingEncoderOptions(first_chunk_frames=0))
+
+
+FRESH_STATES = """
+import sys
+import torch
+import burble
+from burble.asr.whisper.streaming_encoder import StreamingEncoder, StreamingEncoderOptions
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+torch.set_num_threads(1)
+encoder = StreamingEncoder(burble.load_model("tiny.en").model, StreamingEncoderOptions())
+states, base = [], rss()
+for _ in range(20):
+    state = encoder.new_state()
+    if sys.argv[1] == "written":  # every position written: the negative control
+        for t in (state.mel, state.content, *state.cache.keys, *state.cache.values):
+            t.zero_()
+    states.append(state)
+storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+            for s in states for t in (s.mel, s.content, *s.cache.keys, *s.cache.values)}
+print((rss() - base) / (1 << 20), sum(storages.values()) / (1 << 20))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("mode", ["fresh", "written"])
+def test_a_new_state_holds_every_position_but_only_written_pages_are_resident(mode):
+    """A state's storage is allocated for all 1500 frames at once, uninitialised, and under the
+    server's 1 MiB mmap threshold each block is its own mapping: 20 fresh tiny.en states (~430 MiB
+    of storage) add almost no resident memory, so a stream holds what it has written (issue 14's
+    memory per stream). Negative control: the same states with every position written are resident."""
+    env = {"PATH": "/usr/bin:/bin", "MALLOC_MMAP_THRESHOLD_": str(1 << 20)}  # as `burble serve` sets it
+    out = subprocess.run([sys.executable, "-c", FRESH_STATES, mode], capture_output=True, text=True, env=env, check=True)
+    resident, allocated = (float(x) for x in out.stdout.split())
+    assert allocated > 300
+    if mode == "fresh":
+        assert resident < 10
+    else:
+        assert resident > 0.8 * allocated
