@@ -15,9 +15,10 @@ Cross-attention keys/values (computed once from the encoder output) live beside 
 cache in ``cross`` so that a model's state for one request is a single object.
 
 A cache allocated with ``initial_length`` starts that small and grows its storage on demand (in
-steps of ``GROWTH_STEP`` positions, at least by a quarter) up to ``max_length``: a long-lived
-stream (the streaming encoder's cache) then holds memory for the positions it uses, not for
-Whisper's whole 30 s.
+steps of ``GROWTH_STEP`` positions, at least by a quarter) up to ``max_length``: a per-thread
+scratch then holds what the largest call on its thread needed. A long-lived stream's caches are
+allocated whole instead (uninitialised blocks that glibc maps, resident only where written; see
+``StreamingEncoder.new_state``): growing them fragmented the heap.
 
 :func:`thread_scratch` hands out per-thread caches for K/V that live only within one call (a
 streaming decode's padding tail): every stream that runs on a thread shares them, so a stream's own
