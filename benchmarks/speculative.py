@@ -8,7 +8,7 @@ decoded to exactly the plain greedy tokens.
 Two scenarios on ``../shared/dev-audio`` (every recording, the long one included):
 
 * ``transcribe``: ``WhisperASR.transcribe(audio, beam_size=1, temperatures=(0,), speculative=X)``
-  for X in off / ngram / self / mtp (chain, static and dynamic trees) / auto (what
+  for X in off / ngram / self / mtp (chain, static and dynamic trees) / eagle (chain) / auto (what
   ``burble transcribe --speculative X [--draft-tree T]`` runs);
   end-to-end time includes the log-mel frontend and the encoder.
 * ``re-decode``: the streaming case. Each recording of at most 30 s is decoded once from its first
@@ -41,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 from burble.decoding.stats import SpeculativeStats  # noqa: E402 (torch-free; after the path fix)
 
-# name -> TranscribeOptions overrides (``mtp`` rows need the model's shipped draft heads).
+# name -> TranscribeOptions overrides (``mtp`` rows need the model's shipped draft heads, ``eagle``
+# its draft layer).
 TRANSCRIBE_SYSTEMS: dict[str, dict] = {
     "off": {"speculative": "off"},
     "ngram": {"speculative": "ngram"},
@@ -49,6 +50,8 @@ TRANSCRIBE_SYSTEMS: dict[str, dict] = {
     "mtp chain": {"speculative": "mtp", "draft_tree": "chain"},
     "mtp static tree": {"speculative": "mtp", "draft_tree": "static"},
     "mtp dynamic tree": {"speculative": "mtp", "draft_tree": "dynamic"},
+    "eagle chain": {"speculative": "eagle"},
+    "eagle chain k=2": {"speculative": "eagle", "draft_length": 2},
     "auto": {"speculative": "auto"},
 }
 
@@ -89,6 +92,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--draft-length", type=int, default=4, help="k: tokens per draft")
     parser.add_argument("--draft-layers", type=int, default=1, help="decoder layers of the early-exit self-draft")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--systems", default="", help="comma-separated transcribe systems to run (default: all; off always runs)")
     parser.add_argument("--quick", action="store_true", help="4 clips, print only")
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--output", type=Path, default=ROOT / "BENCHMARKS.md")
@@ -119,7 +123,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     for model_name in [m.strip() for m in args.models.split(",") if m.strip()]:
         asr = burble.load_model(model_name)
         asr.transcribe(audio[items[0].id], greedy)  # warm-up
-        systems = {n: o for n, o in TRANSCRIBE_SYSTEMS.items() if o["speculative"] != "mtp" or asr.whisper.draft_heads is not None}
+        shipped = {"mtp": asr.whisper.draft_heads is not None, "eagle": asr.whisper.draft_layer is not None}
+        wanted = {n.strip() for n in args.systems.split(",") if n.strip()}
+        systems = {n: o for n, o in TRANSCRIBE_SYSTEMS.items()
+                   if shipped.get(o["speculative"], True) and (not wanted or n in wanted or n == "off")}
         tallies = {name: Tally() for name in systems}
         redecode = {"off": Tally(), "previous": Tally(), "previous + mtp": Tally()}
         for item in items:

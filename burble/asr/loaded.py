@@ -16,6 +16,7 @@ from burble.asr.tokenizer import WhisperTokenizer
 from burble.asr.whisper.loading import Checkpoint
 from burble.asr.whisper.model import Whisper, WhisperTextModel
 from burble.asr.whisper.static_decoder import StaticSteps, StaticWhisperTextModel
+from burble.decoding.eagle import EagleLayer
 from burble.decoding.mtp import MTPHeads
 from burble.kernels.attention import KeysValues
 
@@ -32,6 +33,15 @@ def shipped_draft_heads(name: str, dtype: torch.dtype = torch.float32) -> Option
     return heads if heads.config.target in ("", name) else None
 
 
+def shipped_draft_layer(name: str) -> Optional[EagleLayer]:
+    """The EAGLE-style draft layer trained for checkpoint ``name`` (``None``: burble ships none)."""
+    path = HEADS_DIR / f"{name}.eagle.safetensors"
+    if not path.is_file():
+        return None
+    layer = EagleLayer.load(path)
+    return layer if layer.config.target in ("", name) else None
+
+
 @dataclass(frozen=True)
 class LoadedWhisper:
     """The parts of a loaded checkpoint that decoding uses.
@@ -43,6 +53,8 @@ class LoadedWhisper:
       suppress_ids: the checkpoint's non-speech token list (``None``: the tokenizer's default set).
       suppress_ids_begin: tokens forbidden as the first token of a window (blank, end-of-text).
       draft_heads: trained MTP draft heads for ``--speculative mtp`` (``None``: none for this model).
+      draft_layer: the trained EAGLE-style draft layer for ``--speculative eagle``, its projection
+        bound to the model's embedding (``None``: none for this model).
       static_steps: run single-token decoder passes at static shapes (CUDA graphs on a GPU; see
         :mod:`burble.asr.whisper.static_decoder`); ``None``: the dynamic path.
     """
@@ -53,6 +65,7 @@ class LoadedWhisper:
     suppress_ids: tuple[int, ...] | None
     suppress_ids_begin: tuple[int, ...]
     draft_heads: Optional[MTPHeads] = None
+    draft_layer: Optional[EagleLayer] = None
     static_steps: Optional[StaticSteps] = None
 
     @classmethod
@@ -76,6 +89,7 @@ class LoadedWhisper:
             suppress_ids=tuple(checkpoint.suppress_ids) if checkpoint.suppress_ids else None,
             suppress_ids_begin=tuple(begin),
             draft_heads=_heads_on(shipped_draft_heads(checkpoint.name), model),
+            draft_layer=_layer_on(shipped_draft_layer(checkpoint.name), model),
             static_steps=StaticSteps() if static_decode else None,
         )
 
@@ -109,3 +123,11 @@ def _heads_on(heads: Optional[MTPHeads], model: Whisper) -> Optional[MTPHeads]:
     if heads is None or heads.config.hidden_size != model.dims.n_text_state:
         return None
     return heads.to(device=model.device, dtype=model.dtype)
+
+
+def _layer_on(layer: Optional[EagleLayer], model: Whisper) -> Optional[EagleLayer]:
+    """The draft layer on the model's device (float16 weights, as shipped: see
+    ``burble.decoding.eagle._linear``), if its width matches the model's."""
+    if layer is None or layer.config.hidden_size != model.dims.n_text_state:
+        return None
+    return layer.to(device=model.device)

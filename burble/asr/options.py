@@ -32,9 +32,10 @@ class TranscribeOptions:
       max_initial_timestamp: the first timestamp of a window is at most this many seconds.
       word_timestamps: align words with cross-attention (DTW) and return them per segment.
       speculative: ``off``, ``ngram`` (prompt lookup), ``self`` (early-exit self-draft), ``mtp``
-        (the model's trained draft heads) or ``auto``: what measured fastest, i.e. the previous
-        hypothesis as the draft when re-decoding audio (streaming) and plain decoding offline,
-        where every drafter, the MTP heads included, measured slower (:mod:`burble.asr.speculation`).
+        (the model's trained draft heads), ``eagle`` (its trained one-layer draft model) or
+        ``auto``: what measured fastest, i.e. the previous hypothesis as the draft when re-decoding
+        audio (streaming) and plain decoding offline, where every drafter, the trained ones
+        included, measured slower on the CPUs here (:mod:`burble.asr.speculation`).
       draft_length: tokens per speculative draft (the depth of a draft tree).
       draft_layers: decoder layers the early-exit self-draft uses.
       draft_tree: shape of ``mtp`` drafts: ``chain`` (the heads' best tokens), ``static`` (a fixed
@@ -73,8 +74,8 @@ class TranscribeOptions:
             raise ValueError("beam_size and best_of must be >= 1")
         if not self.temperatures:
             raise ValueError("give at least one temperature")
-        if self.speculative not in ("off", "ngram", "self", "mtp", "auto"):
-            raise ValueError(f"speculative must be off, ngram, self, mtp or auto, not {self.speculative!r}")
+        if self.speculative not in ("off", "ngram", "self", "mtp", "eagle", "auto"):
+            raise ValueError(f"speculative must be off, ngram, self, mtp, eagle or auto, not {self.speculative!r}")
         if self.draft_tree not in ("chain", "static", "dynamic"):
             raise ValueError(f"draft_tree must be chain, static or dynamic, not {self.draft_tree!r}")
         if self.task not in ("transcribe", "translate"):

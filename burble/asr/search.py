@@ -116,6 +116,7 @@ def decode_window(
                 drafter = window_drafter(
                     options, text_model, prompt, eos_token_id=whisper.tokenizer.eot,
                     previous_hypothesis=previous_hypothesis, draft_heads=whisper.draft_heads,
+                    draft_layer=whisper.draft_layer,
                 )
             result = generate(text_model, prompt_tensor, decoding, processors=chain, drafter=drafter, probe_index=probe)
     if stats is not None:

@@ -8,6 +8,11 @@
   speech (tiny.en, 1 thread): 1.3-1.45x fewer decoder passes, but the heads' guesses beyond the
   next token are rarely right (acceptance 0.32-0.44 at the first position, <= 0.08 after), so
   drafting and the longer passes cost more than they save (decoder 0.6-0.95x): opt-in only;
+* ``eagle``: the model's trained EAGLE-style draft layer (:mod:`burble.decoding.eagle`), shipped
+  for tiny.en, drafting a chain at the level of the decoder's features. On the dev speech it is
+  accepted more than the heads (1.65-1.72 tokens per pass, 1.6x fewer decoder passes), but on
+  the AMD CPU here a pass of 2-5 rows costs ~1.6x a one-row step and drafting ~1.1 ms a token, so
+  decoding is still slower than plain (0.74-0.86x): opt-in only;
 * ``auto``: what measured fastest for the situation (BENCHMARKS.md, "Speculative decoding"):
 
   - re-decoding audio that has a previous hypothesis (streaming re-decodes its window every
@@ -27,9 +32,14 @@ from typing import Optional, Sequence
 from burble.asr.options import TranscribeOptions
 from burble.asr.whisper.model import WhisperTextModel
 from burble.decoding.drafters import FirstDraft, ModelDrafter, PreviousHypothesisDrafter, PromptLookupDrafter
+from burble.decoding.eagle import EagleDrafter, EagleLayer
 from burble.decoding.mtp import MTPDrafter, MTPHeads, TreeShape
 from burble.decoding.speculative import Drafter
 
+
+# ``--speculative eagle`` stops a chain before a token the draft layer gives less than this
+# probability (tuned on the dev speech: see recipes/mtp_heads/RESULTS_eagle.md).
+EAGLE_MIN_PROBABILITY = 0.0
 
 # ``--draft-tree``: a fixed Medusa-style tree of 10 nodes (rank paths: the heads' 1st/2nd/3rd
 # choices) and the probability-ranked dynamic tree.
@@ -43,7 +53,7 @@ DRAFT_TREES: dict[str, Optional[TreeShape]] = {
 def drafts_without_hypothesis(options: TranscribeOptions) -> bool:
     """Whether windows with no previous hypothesis are decoded one by one (a drafter was asked for:
     speculative decoding runs at batch 1)."""
-    return options.speculative in ("ngram", "self", "mtp")
+    return options.speculative in ("ngram", "self", "mtp", "eagle")
 
 
 def window_drafter(
@@ -54,17 +64,21 @@ def window_drafter(
     eos_token_id: int,
     previous_hypothesis: Sequence[int] = (),
     draft_heads: Optional[MTPHeads] = None,
+    draft_layer: Optional[EagleLayer] = None,
 ) -> Optional[Drafter]:
     """The drafter for one window's greedy decode, or ``None`` for plain decoding.
 
     Args:
       previous_hypothesis: the tokens an earlier decode of the same audio gave (streaming).
       draft_heads: the model's trained MTP heads, if burble ships some for it.
+      draft_layer: the model's trained EAGLE-style draft layer, if burble ships one for it.
     """
     if options.speculative == "off":
         return None
     if options.speculative == "mtp" and draft_heads is None:
         raise ValueError("--speculative mtp: no trained draft heads ship for this model (see recipes/mtp_heads)")
+    if options.speculative == "eagle" and draft_layer is None:
+        raise ValueError("--speculative eagle: no trained draft layer ships for this model (see recipes/mtp_heads)")
     if options.speculative == "auto":
         return PreviousHypothesisDrafter(previous_hypothesis) if previous_hypothesis else None
     if options.speculative == "mtp":
@@ -72,6 +86,9 @@ def window_drafter(
         # The previous hypothesis first (it is right about most of the re-decoded audio); the heads
         # draft where it has nothing to offer (past its end, or after a divergence).
         return FirstDraft([PreviousHypothesisDrafter(previous_hypothesis), mtp]) if previous_hypothesis else mtp
+    if options.speculative == "eagle":
+        eagle = EagleDrafter(text_model, draft_layer, eos_token_id=eos_token_id, min_probability=EAGLE_MIN_PROBABILITY)
+        return FirstDraft([PreviousHypothesisDrafter(previous_hypothesis), eagle]) if previous_hypothesis else eagle
     if options.speculative == "ngram":
         return PromptLookupDrafter(hint_tokens=prompt)
     layers = max(1, min(options.draft_layers, text_model.num_layers - 1))

@@ -3,12 +3,15 @@
 #
 #   recipes/mtp_heads/run.sh                         # tiny.en: data, train, export, report
 #   recipes/mtp_heads/run.sh --stage 1 --epochs 20   # retrain on the data already made
+#   recipes/mtp_heads/run.sh --drafter eagle --clips 3000 --seed 2   # the EAGLE-style draft layer
 #
 # Stages (re-runnable and resumable; --stage/--stop-stage select a range):
 #   0  data:    Piper + espeak-ng speech of LJ sentences -> Whisper's greedy transcripts and decoder
 #               states, in shards under $cache/data (finished shards are kept: a rerun resumes)
-#   1  train:   the draft vocabulary, then the heads (checkpoint: model, optimiser, epoch, position)
-#   2  export:  heads -> burble/asr/whisper/heads/<model>.mtp.safetensors (what burble ships)
+#   1  train:   the draft vocabulary, then the heads (checkpoint: model, optimiser, epoch, position);
+#               --drafter eagle: one draft decoder layer instead (local/train_eagle.py)
+#   2  export:  heads -> burble/asr/whisper/heads/<model>.mtp.safetensors (what burble ships);
+#               the draft layer -> <model>.eagle.safetensors
 #   3  report:  curves and acceptance on the real dev speech -> RESULTS.md, report.png
 #
 # The data (1200 clips, ~1.4 GB with encoder states) takes ~25 min on 2 cores, training ~15 min.
@@ -19,12 +22,15 @@ stop_stage=100
 model=tiny.en
 clips=1200            # synthetic clips (about 35 transcript tokens each)
 seed=1                # sentence and voice draw of stage 0
-epochs=10
+epochs=""            # default: 10 for the heads, 8 for the draft layer
 num_heads=4
 inner_size=512
 memory_heads=6        # heads attend to the audio (0: text-only heads)
 draft_vocab=4096
 threads=0             # torch threads of training (0: all cores)
+drafter=heads         # heads (Hydra-style MTP heads) or eagle (a one-layer draft model)
+eagle_vocab=8192      # the draft layer's vocabulary (its output rows are fine-tuned)
+workers=2             # stage-0 processes (one torch thread each)
 cache=""              # default: ~/.cache/burble/mtp_heads/<model>
 
 while [ $# -gt 0 ]; do
@@ -40,8 +46,10 @@ while [ $# -gt 0 ]; do
     --num-heads) num_heads=$2; shift 2 ;;
     --draft-vocab) draft_vocab=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
+    --drafter) drafter=$2; shift 2 ;;
+    --workers) workers=$2; shift 2 ;;
     --cache) cache=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -55,25 +63,51 @@ fi
 log() { echo "$(date '+%F %T') [mtp_heads] $*" >&2; }
 mkdir -p "$cache"
 
+if [ "$drafter" != heads ] && [ "$drafter" != eagle ]; then
+  echo "run.sh: --drafter is heads or eagle, not $drafter" >&2; exit 2
+fi
+
+if [ -z "$epochs" ]; then if [ "$drafter" = eagle ]; then epochs=8; else epochs=10; fi; fi
+
 if [ "$stage" -le 0 ] && [ "$stop_stage" -ge 0 ]; then
-  log "stage 0: $clips synthetic clips -> $cache/data"
-  $PYTHON "$recipe_dir/local/prepare.py" --out-dir "$cache/data" --model "$model" --clips "$clips" --seed "$seed"
+  log "stage 0: $clips synthetic clips -> $cache/data ($workers processes)"
+  pids=()
+  for ((w = 0; w < workers; w++)); do
+    OMP_NUM_THREADS=1 $PYTHON "$recipe_dir/local/prepare.py" --out-dir "$cache/data" --model "$model" --clips "$clips" \
+      --seed "$seed" --threads 1 --workers "$workers" --worker "$w" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
 fi
 
 if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
-  log "stage 1: train $num_heads heads ($epochs epochs) -> $cache/exp"
-  $PYTHON "$recipe_dir/local/train.py" --data "$cache/data" --exp-dir "$cache/exp" --model "$model" \
-    --epochs "$epochs" --num-heads "$num_heads" --inner-size "$inner_size" --memory-heads "$memory_heads" \
-    --draft-vocab "$draft_vocab" --threads "$threads"
+  if [ "$drafter" = eagle ]; then
+    log "stage 1: train the draft layer ($epochs epochs) -> $cache/exp"
+    $PYTHON "$recipe_dir/local/train_eagle.py" --data "$cache/data" --exp-dir "$cache/exp" --model "$model" \
+      --epochs "$epochs" --draft-vocab "$eagle_vocab" --threads "$threads"
+  else
+    log "stage 1: train $num_heads heads ($epochs epochs) -> $cache/exp"
+    $PYTHON "$recipe_dir/local/train.py" --data "$cache/data" --exp-dir "$cache/exp" --model "$model" \
+      --epochs "$epochs" --num-heads "$num_heads" --inner-size "$inner_size" --memory-heads "$memory_heads" \
+      --draft-vocab "$draft_vocab" --threads "$threads"
+  fi
 fi
 
+kind=mtp; trained=heads.safetensors; results=RESULTS.md
+if [ "$drafter" = eagle ]; then kind=eagle; trained=eagle.safetensors; results=RESULTS_eagle.md; fi
+
 if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
-  log "stage 2: export -> burble/asr/whisper/heads/$model.mtp.safetensors"
-  cp "$cache/exp/heads.safetensors" "$repo/burble/asr/whisper/heads/$model.mtp.safetensors"
+  log "stage 2: export -> burble/asr/whisper/heads/$model.$kind.safetensors"
+  cp "$cache/exp/$trained" "$repo/burble/asr/whisper/heads/$model.$kind.safetensors"
 fi
 
 if [ "$stage" -le 3 ] && [ "$stop_stage" -ge 3 ]; then
-  log "stage 3: report -> $recipe_dir/RESULTS.md"
-  $PYTHON "$recipe_dir/local/report.py" --exp-dir "$cache/exp" --model "$model" \
-    --heads "$repo/burble/asr/whisper/heads/$model.mtp.safetensors" --out "$recipe_dir"
+  log "stage 3: report -> $recipe_dir/$results"
+  if [ "$drafter" = eagle ]; then
+    $PYTHON "$recipe_dir/local/report_eagle.py" --exp-dir "$cache/exp" --model "$model" \
+      --layer "$repo/burble/asr/whisper/heads/$model.eagle.safetensors" --out "$recipe_dir"
+  else
+    $PYTHON "$recipe_dir/local/report.py" --exp-dir "$cache/exp" --model "$model" \
+      --heads "$repo/burble/asr/whisper/heads/$model.mtp.safetensors" --out "$recipe_dir"
+  fi
 fi

@@ -1,7 +1,7 @@
 """Speculative greedy decoding of real Whisper windows gives exactly the plain greedy tokens.
 
 Every drafter of ``--speculative`` (ngram, self, mtp with every ``--draft-tree`` shape where the
-model ships draft heads, auto) and the streaming previous-hypothesis drafter
+model ships draft heads, eagle where it ships a draft layer, auto) and the streaming previous-hypothesis drafter
 (also what ``auto`` picks when re-decoding with a previous hypothesis)
 decode the same encoded windows as plain autoregressive greedy decoding (fp32, timestamps and the
 full logits chain on), on the real recordings of ``../shared/dev-audio`` and synthetic speech, for
@@ -32,13 +32,16 @@ DRAFTERS: dict[str, dict] = {
     "mtp chain": {"speculative": "mtp", "draft_tree": "chain"},
     "mtp static": {"speculative": "mtp", "draft_tree": "static"},
     "mtp dynamic": {"speculative": "mtp", "draft_tree": "dynamic"},
+    "eagle": {"speculative": "eagle"},
+    "eagle k=6": {"speculative": "eagle", "draft_length": 6},
     "auto": {"speculative": "auto"},
 }
 
 
 def _drafters(asr) -> dict[str, dict]:
-    """The drafters this model has (``mtp`` only where burble ships heads for it)."""
-    return {n: o for n, o in DRAFTERS.items() if o["speculative"] != "mtp" or asr.whisper.draft_heads is not None}
+    """The drafters this model has (``mtp`` and ``eagle`` only where burble ships their weights)."""
+    shipped = {"mtp": asr.whisper.draft_heads is not None, "eagle": asr.whisper.draft_layer is not None}
+    return {n: o for n, o in DRAFTERS.items() if shipped.get(o["speculative"], True)}
 GREEDY = TranscribeOptions(beam_size=1, temperatures=(0.0,))
 
 
@@ -95,7 +98,7 @@ def test_speculative_windows_give_identical_tokens(model: str, limit):
             _check_window(asr, name, audio, totals)
     # Drafts were really proposed and verified (a drafter that never proposes would pass trivially).
     # Short single clips rarely repeat an n-gram, so the n-gram drafter may get nothing accepted.
-    for drafter in ("ngram", "self", "auto re-decode", *(d for d in totals if d.startswith("mtp"))):
+    for drafter in ("ngram", "self", "auto re-decode", *(d for d in totals if d.startswith(("mtp", "eagle")))):
         assert totals[drafter].drafted > 0, drafter
     # Offline (no previous hypothesis) ``auto`` is plain decoding: every drafter measured slower.
     assert totals["auto"].drafted == 0
@@ -103,6 +106,9 @@ def test_speculative_windows_give_identical_tokens(model: str, limit):
         # Trained heads are accepted far above chance (random heads: ~1.02 tokens per pass;
         # measured 1.37 on the dev speech).
         assert totals["mtp chain"].mean_acceptance_length > 1.25
+    if "eagle" in totals:
+        # The trained draft layer: measured 1.71 tokens per pass on the dev speech (random: ~1.0).
+        assert totals["eagle"].mean_acceptance_length > 1.45
     assert totals["previous"].mean_acceptance_length > 2.0
     assert totals["auto re-decode"].mean_acceptance_length > 2.0
 

@@ -45,3 +45,38 @@ def test_draft_vocabulary_is_the_most_frequent_next_tokens():
     ids, coverage = train.draft_vocabulary(following, 2)
     assert ids.tolist()[0] == 5 and len(ids) == 2
     assert abs(coverage - 3 / 4) < 1e-9
+
+
+def _eagle_module():
+    spec = importlib.util.spec_from_file_location("mtp_train_eagle", ROOT / "recipes" / "mtp_heads" / "local" / "train_eagle.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+class _Projector:
+    """Stands in for Whisper's last cross-attention: keys/values ``(1, 1, S, D)``."""
+
+    def project_kv(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return source[:, None], -source[:, None]
+
+
+def test_eagle_rows_predict_the_next_feature_and_the_token_after_the_next(tmp_path):
+    eagle = _eagle_module()
+    # One clip: tokens s0..s5 (s0 = last prompt token), features h0..h4 (h_i predicts s_{i+1}).
+    tokens = torch.tensor([100, 11, 12, 13, 14, 15], dtype=torch.int32)
+    hidden = torch.arange(5, dtype=torch.float16)[:, None].repeat(1, 3)
+    audio = torch.ones(4, 3, dtype=torch.float16)
+    save_file({"0.tokens": tokens, "0.hidden": hidden, "0.audio": audio}, str(tmp_path / "shard_0000.safetensors"))
+    clips = eagle.Clips([tmp_path / "shard_0000.safetensors"], _Projector())
+    assert len(clips) == 1 and clips.rows == 5
+    embedding = torch.arange(200, dtype=torch.float32)[:, None].repeat(1, 3)  # token t embeds as (t, t, t)
+    lookup = torch.full((200,), eagle.IGNORE)
+    lookup[torch.tensor([11, 12, 13, 14])] = torch.arange(4)  # 15 is outside the draft vocabulary
+    batch = clips.batch([0], embedding, lookup)
+    # Row i reads h_i and s_{i+1}; it learns h_{i+1} and s_{i+2}.
+    assert batch["features"][0, :, 0].tolist() == [0, 1, 2, 3, 4]
+    assert batch["embeddings"][0, :, 0].tolist() == [11, 12, 13, 14, 15]
+    assert batch["target_features"][0, :4, 0].tolist() == [1, 2, 3, 4]
+    assert batch["targets"][0].tolist() == [1, 2, 3, eagle.IGNORE, eagle.IGNORE]  # s5 outside, nothing after h4
+    assert batch["keys"].shape == (1, 1, 4, 3) and torch.equal(batch["values"], -batch["keys"])

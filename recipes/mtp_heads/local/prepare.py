@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--piper-fraction", type=float, default=0.7, help="the rest is espeak-ng")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
+    parser.add_argument("--workers", type=int, default=1, help="processes sharing the shards (run one per --worker)")
+    parser.add_argument("--worker", type=int, default=0, help="this process makes the shards s with s %% workers == worker")
     parser.add_argument("--sentences", type=Path, default=ROOT.parent / "shared" / "text" / "ljspeech_sentences.tsv")
     args = parser.parse_args(argv)
     if args.threads:
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             cursor += count
             plans.append((text, float(shard_rng.random()), shard_rng))
         path = args.out_dir / f"shard_{shard:04d}.safetensors"
-        if path.is_file():
+        if path.is_file() or shard % args.workers != args.worker:
             continue
         tensors: dict[str, torch.Tensor] = {}
         meta = []

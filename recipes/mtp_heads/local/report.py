@@ -45,21 +45,14 @@ def plot(history: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def dev_acceptance(model_name: str, heads_path: Path) -> list[str]:
+def acceptance_table(asr, shapes: dict) -> list[str]:
+    """Greedy ``transcribe`` of every dev-audio recording with each ``TranscribeOptions`` of ``shapes``
+    (the first is the plain reference): a markdown table of identical tokens, passes and acceptance."""
     import torch
 
-    import burble
-    from burble.asr.options import TranscribeOptions
-    from burble.decoding.mtp import MTPHeads
     from burble.decoding.stats import SpeculativeStats
     from burble.testing.dev_audio import dev_audio_items
 
-    asr = burble.load_model(model_name)
-    asr.whisper = dataclasses.replace(asr.whisper, draft_heads=MTPHeads.load(heads_path))
-    greedy = TranscribeOptions(beam_size=1, temperatures=(0.0,))
-    shapes = {"off": {}, "chain": {"speculative": "mtp", "draft_tree": "chain"},
-              "static tree": {"speculative": "mtp", "draft_tree": "static"},
-              "dynamic tree": {"speculative": "mtp", "draft_tree": "dynamic"}}
     totals = {name: SpeculativeStats() for name in shapes}
     identical = {name: 0 for name in shapes}
     items = dev_audio_items()
@@ -67,20 +60,34 @@ def dev_acceptance(model_name: str, heads_path: Path) -> list[str]:
         for item in items:
             audio = item.load()
             reference = None
-            for name, overrides in shapes.items():
-                result = asr.transcribe(audio, dataclasses.replace(greedy, **overrides))
+            for name, options in shapes.items():
+                result = asr.transcribe(audio, options)
                 tokens = [s.tokens for s in result.segments]
                 reference = tokens if reference is None else reference
                 identical[name] += tokens == reference
                 totals[name].merge(result.stats)
+    plain = totals[next(iter(shapes))]
     lines = ["| draft | identical | tokens | decoder passes | fewer passes | mean accepted length | acceptance by position |",
              "|---|---|---|---|---|---|---|"]
     for name, stats in totals.items():
         by_position = " / ".join(f"{r:.2f}" for r in stats.acceptance_rate_at) or "-"
-        fewer = totals["off"].target_passes / stats.target_passes
+        fewer = plain.target_passes / stats.target_passes
         lines.append(f"| {name} | {identical[name]}/{len(items)} | {stats.generated} | {stats.target_passes} | {fewer:.2f}x "
                      f"| {stats.mean_acceptance_length:.2f} | {by_position} |")
     return lines
+
+
+def dev_acceptance(model_name: str, heads_path: Path) -> list[str]:
+    import burble
+    from burble.asr.options import TranscribeOptions
+    from burble.decoding.mtp import MTPHeads
+
+    asr = burble.load_model(model_name)
+    asr.whisper = dataclasses.replace(asr.whisper, draft_heads=MTPHeads.load(heads_path))
+    greedy = TranscribeOptions(beam_size=1, temperatures=(0.0,))
+    shapes = {"off": greedy} | {name: dataclasses.replace(greedy, speculative="mtp", draft_tree=tree)
+                                for name, tree in (("chain", "chain"), ("static tree", "static"), ("dynamic tree", "dynamic"))}
+    return acceptance_table(asr, shapes)
 
 
 def main(argv: list[str] | None = None) -> int:
