@@ -53,8 +53,8 @@ class LoadedWhisper:
       suppress_ids: the checkpoint's non-speech token list (``None``: the tokenizer's default set).
       suppress_ids_begin: tokens forbidden as the first token of a window (blank, end-of-text).
       draft_heads: trained MTP draft heads for ``--speculative mtp`` (``None``: none for this model).
-      draft_layer: the trained EAGLE-style draft layer for ``--speculative eagle``, its projection
-        bound to the model's embedding (``None``: none for this model).
+      draft_layer: the trained EAGLE-style draft layer for ``--speculative eagle`` (``None``: none
+        for this model).
       static_steps: run single-token decoder passes at static shapes (CUDA graphs on a GPU; see
         :mod:`burble.asr.whisper.static_decoder`); ``None``: the dynamic path.
     """

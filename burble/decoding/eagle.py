@@ -5,7 +5,7 @@ MLP per distance, and their guesses beyond the next token are rarely right. The 
 (after Li et al., *EAGLE*, 2024) instead predicts the target's next **feature** (its final-norm
 hidden state) from the current feature and the next token's embedding:
 
-    g_{t+1} = Layer(fc([f_t; e(x_{t+1})]))        logits of x_{t+2} = the target's head on g_{t+1}
+    g_{t+1} = Layer(fc([f_t; e(x_{t+1})]))        logits of x_{t+2} = P g_{t+1}
 
 and drafts a chain by feeding its own predictions back in. The layer is a pre-norm decoder
 block like the target's (self-attention over the positions drafted so far, cross-attention over
@@ -15,9 +15,10 @@ last decoder layer's projection of the audio), so the drafter sees the audio for
 
 Its self-attention cache holds one entry per position: entries made from the target's true
 features (positions the target has verified) are kept across passes; entries of drafted positions
-are dropped when the next pass arrives. A drafted token costs one layer over one row plus a
-projection onto the draft vocabulary (the most frequent target tokens), whose rows are the target's
-own output embedding: nothing of the target's head is learned or shipped again.
+are dropped when the next pass arrives. A drafted token costs one layer over one row plus the
+projection ``P`` onto the draft vocabulary (the most frequent target tokens): rows started from the
+target's own output embedding and fine-tuned with the layer (it learned faster than with the
+target's rows frozen), shipped in the layer's file.
 
 Training (``recipes/mtp_heads``, ``--drafter eagle``) unrolls the chain: pass ``s`` of
 :meth:`EagleLayer.unrolled` feeds back pass ``s - 1``'s predictions and attends to exactly the
@@ -287,7 +288,7 @@ class EagleDrafter:
         features = hidden[0, first_new - start : last + 1 - start].float()[None]
         following = torch.tensor([list(tokens[first_new + 1 : last + 2])], device=features.device)
         memory = self.model.draft_memory()
-        predicted = self._attend(self._input(features, embed(following)), memory)[:, -1:]
+        predicted = self._attend(layer._input(features, embed(following)), memory)[:, -1:]
         self._verified = last + 1 - self._first
         drafted: list[int] = []
         while True:
@@ -299,10 +300,7 @@ class EagleDrafter:
             if len(drafted) == k or drafted[-1] == self.eos_token_id:
                 return Draft(drafted)
             token = torch.tensor([[drafted[-1]]], device=predicted.device)
-            predicted = self._attend(self._input(predicted, embed(token)), memory)
-
-    def _input(self, features: torch.Tensor, embeddings: torch.Tensor) -> torch.Tensor:
-        return self.layer._input(features, embeddings)
+            predicted = self._attend(layer._input(predicted, embed(token)), memory)
 
 
 def chain_acceptance(correct: list[torch.Tensor]) -> torch.Tensor:
