@@ -1,10 +1,11 @@
 #!/usr/bin/env python
 """The codec against the original audio and the vocoder's copy-synthesis (its ceiling), one run.
 
-Rows: the original; HiFi-GAN copy-synthesis of the original's log-mel; the codec at 1/2/4/8 books
-(whole-file encode and decode); the codec at its default books streamed (``stream_encoder`` in
-20 ms pieces, ``stream_decoder`` one code frame at a time), with the exact streaming vocoder and
-with the low-latency overlapped one; and the default books decoded with the vocoder in bf16. Columns: bitrate, PESQ-wb and STOI
+Rows: the original; copy-synthesis of the original's log-mel through each vocoder compared
+(``--vocoders``: the codec's own first); the codec at 1/2/4/8 books (whole-file encode and decode,
+its own vocoder); the codec at its default books through each other vocoder; and the default
+books streamed (``stream_encoder`` in 20 ms pieces, ``stream_decoder`` one code frame at a time,
+the exact streaming vocoder) through each vocoder. Columns: bitrate, PESQ-wb and STOI
 against the original (both at 16 kHz), mel distance (mean |log-mel difference| in nats, 22.05 kHz),
 WER of burble tiny.en and base (greedy) on the reconstruction, codebook usage (distinct codes per
 book, and the code entropy as a fraction of 10 bits), encode and decode RTF (decode includes the
@@ -90,6 +91,8 @@ def stream(codec, audio: np.ndarray, books: int, piece: int, lookahead) -> tuple
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--codec", default="mel-21hz")
+    parser.add_argument("--vocoders", default="low-latency,universal",
+                        help="vocoders compared (burble.codecs.vocoder.available_vocoders()); the first is the codec's")
     parser.add_argument("--data-dir", type=Path, default=Path.home() / ".cache" / "burble" / "codec" / "data")
     parser.add_argument("--clips", type=int, default=10, help="clips per set")
     parser.add_argument("--judges", default="tiny.en,base", help="Whisper models that score the reconstructions")
@@ -112,16 +115,20 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_description()
     clips = 4 if args.quick else args.clips
     judges = ["tiny.en"] if args.quick else args.judges.split(",")
-    codec = load(args.codec)
+    vocoders = args.vocoders.split(",")
+    codecs = {v: load(args.codec, vocoder=v) for v in vocoders}
+    codec = codecs[vocoders[0]]
     config = codec.config
     asr = {name: burble.load_model(name) for name in judges}
     sets = {"held-out Piper": heldout_piper(args.data_dir, clips), "dev speech (real)": dev_speech(clips)}
     books_rows = [b for b in (1, 2, 4, 8) if b <= config.num_books]
-    streamed = {f"codec {codec.default_books} books, streamed (exact vocoder)": None,
-                f"codec {codec.default_books} books, streamed (lookahead 2)": 2}
-    bf16_row = f"codec {codec.default_books} books, bf16 vocoder"
-    systems = ["original", "copy-synthesis"] + [f"codec {b} books" for b in books_rows] + [bf16_row] + list(streamed)
-    latency_ms = {s: 1000 * codec.algorithmic_latency(streamed.get(s)) / SAMPLE_RATE for s in systems}
+    default = codec.default_books
+    copy_rows = {f"copy-synthesis ({v})": v for v in vocoders}
+    other_rows = {f"codec {default} books ({v})": v for v in vocoders[1:]}
+    streamed = {f"codec {default} books, streamed ({v})": v for v in vocoders}
+    systems = (["original", *copy_rows] + [f"codec {b} books" for b in books_rows] + list(other_rows) + list(streamed))
+    latency_ms = {s: 1000 * codecs[streamed.get(s, other_rows.get(s, vocoders[0]))].algorithmic_latency() / SAMPLE_RATE
+                  for s in systems}
 
     sections = []
     for set_name, items in sets.items():
@@ -134,9 +141,10 @@ def main(argv: list[str] | None = None) -> int:
             ref16 = resample(audio, SAMPLE_RATE, 16000)
             ref_mel = log_mel(audio)
             outputs: dict[str, np.ndarray] = {"original": audio}
-            t0 = time.perf_counter()
-            outputs["copy-synthesis"] = vocode(codec.vocoder, ref_mel).numpy()
-            acc["copy-synthesis"]["dec"] += time.perf_counter() - t0
+            for name, v in copy_rows.items():
+                t0 = time.perf_counter()
+                outputs[name] = vocode(codecs[v].vocoder, ref_mel).numpy()
+                acc[name]["dec"] += time.perf_counter() - t0
             for b in books_rows:
                 name = f"codec {b} books"
                 t0 = time.perf_counter()
@@ -146,15 +154,14 @@ def main(argv: list[str] | None = None) -> int:
                 acc[name]["enc"] += t1 - t0
                 acc[name]["dec"] += time.perf_counter() - t1
                 acc[name]["codes"].append(codes)
-            t0 = time.perf_counter()
             codes = codec.encode(audio, SAMPLE_RATE)
-            t1 = time.perf_counter()
-            outputs[bf16_row] = vocode(codec.vocoder, codec.decode_mel(codes), bf16=True).numpy()
-            acc[bf16_row]["enc"] += t1 - t0
-            acc[bf16_row]["dec"] += time.perf_counter() - t1
-            for name, lookahead in streamed.items():
+            for name, v in other_rows.items():
                 t0 = time.perf_counter()
-                outputs[name], steps = stream(codec, audio, codec.default_books, piece=441, lookahead=lookahead)
+                outputs[name] = codecs[v].decode(codes)
+                acc[name]["dec"] += time.perf_counter() - t0
+            for name, v in streamed.items():
+                t0 = time.perf_counter()
+                outputs[name], steps = stream(codecs[v], audio, default, piece=441, lookahead=None)
                 acc[name]["dec"] += time.perf_counter() - t0  # encode + decode, streamed
                 acc[name]["steps"] += steps
             for system, out in outputs.items():
@@ -175,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for system in systems:
             a = acc[system]
-            books = None if system in ("original", "copy-synthesis") else int(system.split()[1])
+            books = int(system.split()[1]) if system.startswith("codec ") else None
             usage = code_entropy(a["codes"], books, config.codebook_size) if a["codes"] else None
             wers = [f"{100 * corpus_word_errors(a['hyp'][j]).rate:.1f}%" for j in judges]
             p95 = 1000 * float(np.percentile(a["steps"], 95)) if a["steps"] else None
@@ -194,12 +201,14 @@ def main(argv: list[str] | None = None) -> int:
         header = ["system", "bit/s", "PESQ-wb", "STOI", "mel dist", *[f"WER {j}" for j in judges],
                   "codes used / entropy", "encode RTF", "decode RTF", "latency ms (alg / measured)"]
         sections.append(f"**{set_name}**: {len(items)} clips, {seconds:.0f} s\n\n" + markdown_table(header, rows))
+    reach = ", ".join(f"{v} {codecs[v].vocoder.right_reach()}" for v in vocoders)
     body = (f"Codec `{codec.name}`: {config.frame_rate:.2f} Hz code frames, {config.num_books} books of "
-            f"{config.codebook_size}, default {codec.default_books} books; HiFi-GAN V1 (universal) vocoder. "
+            f"{config.codebook_size}, default {default} books; vocoders: {', '.join(vocoders)} (HiFi-GAN V1; "
+            f"right reach in samples: {reach}); rows without a vocoder named use {vocoders[0]}. "
             f"PESQ/STOI/mel distance are against the original; decode RTF includes the vocoder; the streamed rows' "
-            f"RTF is encode + decode, 20 ms of audio in and one code frame decoded per step; the exact vocoder streams "
-            f"layer by layer (the whole-file audio, 12.7 frames of lag), lookahead 2 vocodes overlapping chunks "
-            f"(16 frames of context, 2 of lookahead, crossfaded).\n\n" + "\n\n".join(sections))
+            f"RTF is encode + decode, 20 ms of audio in and one code frame decoded per step, through the exact "
+            f"streaming vocoder (layer by layer: the whole-file audio, held back by the vocoder's right reach).\n\n"
+            + "\n\n".join(sections))
     append_section("Codec: reconstruction quality, ASR WER, speed", body, machine=machine, write=not args.quick)
     return 0
 

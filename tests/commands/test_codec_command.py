@@ -81,6 +81,20 @@ def test_round_trip_writes_a_wav_as_long_as_the_input(codec_file, wav_16k, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["codes.npz", "out.wav"]  # no temporary left
 
 
+def test_decode_through_another_vocoder(codec_file, wav_16k, tmp_path, capsys):
+    codes_path = tmp_path / "codes.npz"
+    assert main(["codec", "encode", str(wav_16k[0]), "-o", str(codes_path), "--codec", codec_file]) == 0
+    outputs = {}
+    for vocoder in ("universal", "low-latency"):
+        outputs[vocoder] = tmp_path / f"{vocoder}.wav"
+        assert main(["codec", "decode", str(codes_path), "-o", str(outputs[vocoder]), "--vocoder", vocoder]) == 0
+    a, b = (sf.read(str(path))[0] for path in outputs.values())
+    assert a.shape == b.shape and np.abs(a - b).max() > 1e-3  # another generator, another waveform
+    capsys.readouterr()
+    one_error_line(capsys, main(["codec", "decode", str(codes_path), "-o", str(tmp_path / "x.wav"), "--vocoder", "nope"]),
+                   "unknown vocoder 'nope'")
+
+
 def test_books_flag_sets_the_rows(codec_file, wav_16k, tmp_path, capsys):
     out = tmp_path / "c.npz"
     assert main(["codec", "encode", str(wav_16k[0]), "-o", str(out), "--books", "8", "--codec", codec_file]) == 0

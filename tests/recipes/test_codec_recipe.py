@@ -1,4 +1,5 @@
-"""The codec recipe's training resumes where it stopped and exports weights ``burble.codecs.load`` reads."""
+"""The codec recipe's training resumes where it stopped and exports weights ``burble.codecs.load`` reads;
+its vocoder stage fits a causal generator, exports it and names it as the codec's vocoder."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from safetensors.torch import save_file
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "recipes" / "codec" / "local" / "train.py"
 EXPORT = ROOT / "recipes" / "codec" / "local" / "export.py"
+DISTILL = ROOT / "recipes" / "codec" / "local" / "distill_vocoder.py"
 
 
 def _shard(path: Path, clips: int, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     tensors = {f"{i}.mel": (torch.randn(80, 40 + 8 * i, generator=g) - 5).to(torch.float16) for i in range(clips)}
-    tensors.update({f"{i}.audio": torch.zeros(10, dtype=torch.int16) for i in range(clips)})
+    tensors.update({f"{i}.audio": torch.zeros((40 + 8 * i) * 256, dtype=torch.int16) for i in range(clips)})
     meta = [{"id": f"x{i}", "text": "t", "length_scale": 1.0} for i in range(clips)]
     save_file(tensors, str(path), metadata={"clips": json.dumps(meta)})
 
@@ -54,6 +56,31 @@ def test_training_resumes_from_its_checkpoint_and_exports(tmp_path):
 
     codec = load(str(weights))
     assert codec.default_books == 2 and codec.config.codebook_size == 16
+
+    # stage 3: the least-squares fit (on the random shards: what is checked is the plumbing), kept once made
+    vocoder_exp = exp / "vocoder"
+    command = [sys.executable, str(DISTILL), "--data-dir", str(data), "--exp-dir", str(vocoder_exp), "--codec",
+               str(weights), "--fit-clips", "2", "--eval-clips", "1", "--threads", "1"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    state = torch.load(vocoder_exp / "vocoder.pt", map_location="cpu", weights_only=False)
+    assert state["evaluation"]["right_reach"] == {"student": 698, "teacher": 3258}
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "exists" in again.stdout
+    # stage 4: the export stores the fitted first stage and makes it the codec's vocoder
+    vocoder_file = tmp_path / "fitted.safetensors"
+    done = subprocess.run([sys.executable, str(EXPORT), "--vocoder-checkpoint", str(vocoder_exp / "vocoder.pt"),
+                           "--out", str(vocoder_file), "--codec", str(weights)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    from safetensors import safe_open
+
+    with safe_open(str(weights), "pt") as f:
+        assert f.metadata()["vocoder"] == "fitted"
+    from burble.codecs.vocoder import load_vocoder
+
+    fitted = load_vocoder(str(vocoder_file))
+    assert fitted.right_reach() == 698
+    assert torch.allclose(fitted.conv_pre.weight, state["model"]["conv_pre.weight"], rtol=1e-2, atol=1e-4)
 
 
 def test_training_without_data_says_what_to_run(tmp_path):

@@ -1,10 +1,12 @@
 #!/usr/bin/env python
-"""Stage 3 of the codec recipe: training curves and held-out mel distance per book count.
+"""Stage 5 of the codec recipe: training curves and held-out mel distance per book count.
 
 Reads ``train.log`` (one JSON record per logged step) and writes ``report.png`` (loss terms and
 held-out mel L1 at 1/2/4/8 books over the steps) and a ``RESULTS.md`` table of the last
-evaluation. Reconstruction quality as people judge it (PESQ, STOI, ASR WER of the decoded audio)
-is ``benchmarks/codec.py``'s job; its table goes to BENCHMARKS.md.
+evaluation; and, once stage 3 has run, ``RESULTS_vocoder.md`` from the distilled vocoder's
+``vocoder/vocoder.pt`` (its held-out mel distance beside the pretrained generator's). Either part
+is written when its input exists. Reconstruction quality as people judge it (PESQ, STOI, ASR WER
+of the decoded audio) is ``benchmarks/codec.py``'s job; its table goes to BENCHMARKS.md.
 
 Usage::
 
@@ -18,13 +20,43 @@ import json
 from pathlib import Path
 
 
+def vocoder_results(path: Path, out_dir: Path) -> bool:
+    """``RESULTS_vocoder.md`` from stage 3's ``vocoder.pt``; False when there is none."""
+    if not path.is_file():
+        return False
+    import torch
+
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    e, options = state["evaluation"], state["options"]
+    rows = [f"| {name} | {e['right_reach'][who]} ({1000 * e['right_reach'][who] / 22050:.0f} ms) | "
+            f"{e[who]['mel_dist']:.3f} | {e[who]['mel_dist@codec']:.3f} |"
+            for who, name in (("teacher", f"pretrained ({options['teacher']})"), ("student", "distilled (low-latency)"))]
+    lines = ["# Codec recipe: the low-latency vocoder", "",
+             f"Causal first stage{'s' if int(options['causal_stages']) > 1 else ''} "
+             f"({options['causal_stages']}), {options['lookahead']} frame(s) of lookahead at conv_pre; fit by least "
+             f"squares on {e['fit_clips']} training clips in {e['fit_seconds']} s. Held-out Piper clips (the last "
+             f"{options['eval_clips']}): mean |log-mel difference| to the original, vocoding the original mel and "
+             f"the codec's {e['books']}-book reconstruction.", "",
+             f"| generator | right reach, samples | mel dist (original mel) | mel dist (codec, {e['books']} books) |",
+             "|---|---|---|---|", *rows, "",
+             "PESQ, STOI, ASR WER and latency of the codec through each vocoder: `python benchmarks/codec.py` (BENCHMARKS.md)."]
+    (out_dir / "RESULTS_vocoder.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out_dir / 'RESULTS_vocoder.md'}")
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--exp-dir", required=True, type=Path)
     parser.add_argument("--out-dir", required=True, type=Path)
     args = parser.parse_args(argv)
-    records = [json.loads(line) for line in (args.exp_dir / "train.log").read_text().splitlines() if line.strip()]
+    wrote = vocoder_results(args.exp_dir / "vocoder" / "vocoder.pt", args.out_dir)
+    log = args.exp_dir / "train.log"
+    records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.is_file() else []
     if not records:
+        if wrote:
+            print(f"no codec training log in {args.exp_dir}: RESULTS.md left as it is")
+            return 0
         raise SystemExit(f"{args.exp_dir}/train.log is empty: run stage 1 first")
     evals = [r for r in records if any(k.startswith("mel_l1@") for k in r)]
     books = sorted({int(k.split("@")[1]) for r in evals for k in r if k.startswith("mel_l1@")})
