@@ -71,10 +71,10 @@ def code_entropy(codes: list[np.ndarray], books: int, size: int) -> tuple[float,
     return float(np.mean(usage)), float(np.mean(entropy))
 
 
-def stream(codec, audio: np.ndarray, books: int, piece: int, lookahead) -> tuple[np.ndarray, list[float]]:
+def stream(codec, audio: np.ndarray, books: int, piece: int) -> tuple[np.ndarray, list[float]]:
     """Stream-encode ``audio`` in ``piece``-sample pieces and stream-decode each code frame as it comes."""
     encoder = codec.stream_encoder(codec.sample_rate, books)
-    decoder = codec.stream_decoder(lookahead=lookahead)
+    decoder = codec.stream_decoder()
     out, steps = [], []
     for start in range(0, audio.size, piece):
         t0 = time.perf_counter()
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                 acc[name]["dec"] += time.perf_counter() - t0
             for name, v in streamed.items():
                 t0 = time.perf_counter()
-                outputs[name], steps = stream(codecs[v], audio, default, piece=441, lookahead=None)
+                outputs[name], steps = stream(codecs[v], audio, default, piece=441)
                 acc[name]["dec"] += time.perf_counter() - t0  # encode + decode, streamed
                 acc[name]["steps"] += steps
             for system, out in outputs.items():

@@ -78,13 +78,17 @@ class PaddedConv1d(nn.Conv1d):
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, *, dilation: int = 1,
                  right: int | None = None) -> None:
-        super().__init__(in_channels, out_channels, kernel_size, dilation=dilation)
         span = dilation * (kernel_size - 1)
-        self.right = span // 2 if right is None else right
-        self.left = span - self.right
+        right = span // 2 if right is None else right
+        # a centred kernel pads inside the convolution; only an off-centre one needs a padded copy
+        super().__init__(in_channels, out_channels, kernel_size, dilation=dilation,
+                         padding=right if 2 * right == span else 0)
+        self.left, self.right = span - right, right
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(F.pad(x, (self.left, self.right)))
+        if self.padding[0] == 0 and self.left + self.right:
+            x = F.pad(x, (self.left, self.right))
+        return super().forward(x)
 
 
 class Upsample(nn.ConvTranspose1d):
@@ -95,11 +99,13 @@ class Upsample(nn.ConvTranspose1d):
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int, *, causal: bool) -> None:
-        super().__init__(in_channels, out_channels, kernel_size, stride)
-        self.crop = 0 if causal else (kernel_size - stride) // 2
+        crop = 0 if causal else (kernel_size - stride) // 2
+        # centred: the convolution's own padding crops both ends; causal: the end is cut here
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding=crop)
+        self.crop = crop
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x)[:, :, self.crop: self.crop + x.shape[2] * self.stride[0]]
+        return super().forward(x)[:, :, : x.shape[2] * self.stride[0]]
 
 
 class ResBlock(nn.Module):
