@@ -30,13 +30,16 @@ from burble.codecs.streaming import CausalConv1d, StreamingGRU
 
 @dataclass(frozen=True)
 class CodecConfig:
-    """The codec's shape. ``channels`` lists the conv width at each rate, finest first."""
+    """The codec's shape. ``channels`` lists the conv width at each rate, finest first;
+    ``decoder_units`` is the number of residual units at each of the decoder's rates (dilations
+    1, 3, 9, 1, 3, 9, ...; the encoder always has 2)."""
 
     down_stages: int = 2
     channels: tuple[int, ...] = (128, 192, 256)
     latent_dim: int = 128
     num_books: int = 8
     codebook_size: int = 1024
+    decoder_units: int = 2
 
     @property
     def hop(self) -> int:
@@ -74,8 +77,8 @@ class ResidualUnit(nn.Module):
         return x + self.mix(F.gelu(self.conv(F.gelu(x))))
 
 
-def _stage(channels: int) -> nn.Sequential:
-    return nn.Sequential(ResidualUnit(channels, 1), ResidualUnit(channels, 3))
+def _stage(channels: int, units: int = 2) -> nn.Sequential:
+    return nn.Sequential(*(ResidualUnit(channels, (1, 3, 9)[i % 3]) for i in range(units)))
 
 
 class Encoder(nn.Module):
@@ -104,10 +107,11 @@ class Decoder(nn.Module):
         ch = config.channels
         self.inp = nn.Conv1d(config.latent_dim, ch[-1], 1)
         self.gru = StreamingGRU(ch[-1])
-        layers: list[nn.Module] = [_stage(ch[-1])]
+        units = config.decoder_units
+        layers: list[nn.Module] = [_stage(ch[-1], units)]
         for i in reversed(range(config.down_stages)):
             layers += [nn.Upsample(scale_factor=2, mode="nearest"), nn.GELU(), CausalConv1d(ch[i + 1], ch[i], 3),
-                       _stage(ch[i])]
+                       _stage(ch[i], units)]
         layers += [nn.GELU(), CausalConv1d(ch[0], N_MELS, 3)]
         self.convs = nn.Sequential(*layers)
 

@@ -9,7 +9,7 @@ The original HiFi-GAN is not causal: every output sample reads 12.7 mel frames (
 and the waveform's phase does depend on context that far away. ``VocoderLayout`` describes a
 generator whose first stages are causal instead; ``low-latency`` (shipped in
 ``burble/codecs/vocoders``, stored as its differences from ``universal``, made by the codec
-recipe's stage 3) has a causal first stage and one frame of lookahead: 698 samples (32 ms) of
+recipe's stage 4) has a causal first stage and one frame of lookahead: 698 samples (32 ms) of
 reach. ``HiFiGAN.right_reach()`` says how far a generator reads ahead. There are two ways to
 stream one:
 

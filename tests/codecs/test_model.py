@@ -39,6 +39,7 @@ def test_config_arithmetic():
     assert config.bitrate(4) == pytest.approx(22050 / 1024 * 40)  # 861 bit/s: under 1 kbps
     assert config.bitrate(8) == pytest.approx(2 * config.bitrate(4))
     assert CodecConfig.from_dict(config.to_dict()) == config
+    assert CodecConfig.from_dict({k: v for k, v in config.to_dict().items() if k != "decoder_units"}).decoder_units == 2
     assert CodecConfig(down_stages=3, channels=(64, 96, 128, 192)).frame_rate == pytest.approx(22050 / 2048)
     with pytest.raises(ValueError, match="channels"):
         MelCodec(CodecConfig(down_stages=3))
@@ -136,3 +137,22 @@ def test_negative_control_streaming_without_the_context_manager_differs(model, m
         whole = model.encoder(x)
         stateless = torch.cat([model.encoder(x[..., :80]), model.encoder(x[..., 80:])], dim=2)
     assert (stateless - whole).abs().max() > 1e-3
+
+
+def test_a_deeper_decoder_stays_causal_and_streams(mel):
+    """The shipped decoder's shape (5 residual units per rate, dilations up to 9; random weights):
+    pieces give the whole output, and a code frame changes no mel frame before its own (negative
+    control: it does change its own)."""
+    torch.manual_seed(1)
+    model = MelCodec(CodecConfig(decoder_units=5)).eval()
+    latent = torch.randn(1, 128, 40)
+    with torch.no_grad():
+        whole = model.decoder(latent)
+        with streaming(model.decoder):
+            pieces = [model.decoder(latent[..., p]) for p in random_pieces(40, np.random.default_rng(0), largest=4)
+                      if p.stop > p.start]
+        assert (torch.cat(pieces, dim=2) - whole).abs().max() <= 1e-5
+        changed = latent.clone()
+        changed[..., 20] += 1.0
+        diff = (model.decoder(changed) - whole).abs().amax(dim=1)[0]
+    assert torch.equal(diff[:80], torch.zeros(80)) and bool((diff[80:84] > 0).all())

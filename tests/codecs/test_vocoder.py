@@ -16,7 +16,7 @@ Measured here (1 s of examples/jfk.wav, one thread):
   asserted within +0.05. Controls: the same stream delayed by 256 samples scores 0.52, with every
   other chunk zeroed 1.17;
 * the shipped distilled generator ``low-latency`` (causal first stage, 698 samples of reach; the
-  codec recipe's stage 3, fit on Piper speech): copy-synthesis of the same second of speech, mel
+  codec recipe's stage 4, fit on Piper speech): copy-synthesis of the same second of speech, mel
   distance 0.430 against 0.362 for the pretrained one, asserted within +0.1 (on held-out Piper
   speech the gap is 0.02; on all 11 s of this clip 0.36 against 0.32). The control, the
   pretrained weights in the same causal layout (what the fit starts from), scores 1.30.

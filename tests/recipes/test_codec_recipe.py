@@ -1,5 +1,7 @@
 """The codec recipe's training resumes where it stopped and exports weights ``burble.codecs.load`` reads;
-its vocoder stage fits a causal generator, exports it and names it as the codec's vocoder."""
+its decoder refinement grows the decoder without changing what it decodes or what the encoder codes,
+resumes, and exports; its vocoder stage fits a causal generator, exports it and names it as the
+codec's vocoder."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "recipes" / "codec" / "local" / "train.py"
 EXPORT = ROOT / "recipes" / "codec" / "local" / "export.py"
 DISTILL = ROOT / "recipes" / "codec" / "local" / "distill_vocoder.py"
+REFINE = ROOT / "recipes" / "codec" / "local" / "refine_decoder.py"
 
 
 def _shard(path: Path, clips: int, seed: int) -> None:
@@ -57,7 +60,23 @@ def test_training_resumes_from_its_checkpoint_and_exports(tmp_path):
     codec = load(str(weights))
     assert codec.default_books == 2 and codec.config.codebook_size == 16
 
-    # stage 3: the least-squares fit (on the random shards: what is checked is the plumbing), kept once made
+    # stage 3: the decoder grows to 3 units per rate and trains on the frozen codes; a rerun resumes
+    refined = tmp_path / "refined.safetensors"
+    command = [sys.executable, str(REFINE), "--data-dir", str(data), "--exp-dir", str(exp / "refine"), "--codec",
+               str(weights), "--out", str(refined), "--units", "3", "--batch-size", "2", "--segment", "16",
+               "--save-every", "1", "--eval-every", "2", "--warmup", "1", "--threads", "1"]
+    done = subprocess.run(command + ["--steps", "1"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    again = subprocess.run(command + ["--steps", "2"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "resumed at step 1" in again.stdout, again.stderr[-2000:]
+    base, grown = load(str(weights)), load(str(refined))
+    assert grown.config.decoder_units == 3 and base.config.decoder_units == 2 and grown.default_books == 2
+    assert torch.equal(grown.model.quantizer.embed, base.model.quantizer.embed)
+    mel = torch.randn(1, 80, 32) - 5
+    assert torch.equal(grown.model.encode(mel, 2), base.model.encode(mel, 2))  # the codes keep their meaning
+    assert not torch.equal(grown.model.decode(base.model.encode(mel, 2)), base.model.decode(base.model.encode(mel, 2)))
+
+    # stage 4: the least-squares fit (on the random shards: what is checked is the plumbing), kept once made
     vocoder_exp = exp / "vocoder"
     command = [sys.executable, str(DISTILL), "--data-dir", str(data), "--exp-dir", str(vocoder_exp), "--codec",
                str(weights), "--fit-clips", "2", "--eval-clips", "1", "--threads", "1"]
@@ -67,7 +86,7 @@ def test_training_resumes_from_its_checkpoint_and_exports(tmp_path):
     assert state["evaluation"]["right_reach"] == {"student": 698, "teacher": 3258}
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "exists" in again.stdout
-    # stage 4: the export stores the fitted first stage and makes it the codec's vocoder
+    # stage 5: the export stores the fitted first stage and makes it the codec's vocoder
     vocoder_file = tmp_path / "fitted.safetensors"
     done = subprocess.run([sys.executable, str(EXPORT), "--vocoder-checkpoint", str(vocoder_exp / "vocoder.pt"),
                            "--out", str(vocoder_file), "--codec", str(weights)], capture_output=True, text=True, timeout=120)
@@ -87,3 +106,22 @@ def test_training_without_data_says_what_to_run(tmp_path):
     done = subprocess.run([sys.executable, str(TRAIN), "--data-dir", str(tmp_path), "--exp-dir", str(tmp_path / "exp"),
                            "--steps", "1"], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "run stage 0 first" in done.stderr
+
+
+def test_a_grown_decoder_starts_as_the_decoder_it_grew_from(monkeypatch):
+    """New residual units start with a zero output projection: the grown decoder decodes exactly as
+    before (negative control: once a new unit's projection is non-zero, it does not)."""
+    monkeypatch.syspath_prepend(str(REFINE.parent))
+    from refine_decoder import grow_decoder
+
+    from burble.codecs.model import CodecConfig, MelCodec
+
+    torch.manual_seed(0)
+    base = MelCodec(CodecConfig(num_books=2, codebook_size=16)).eval()
+    grown = grow_decoder(base, 5).eval()
+    assert len(grown.decoder.convs[0]) == 5 and len(base.decoder.convs[0]) == 2
+    latent = torch.randn(1, 128, 12)
+    with torch.no_grad():
+        assert torch.equal(grown.decoder(latent), base.decoder(latent))
+        torch.nn.init.normal_(grown.decoder.convs[0][4].mix.weight, std=0.1)
+        assert not torch.equal(grown.decoder(latent), base.decoder(latent))

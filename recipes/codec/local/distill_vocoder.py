@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Stage 3 of the codec recipe: a low-latency HiFi-GAN, distilled from the pretrained one.
+"""Stage 4 of the codec recipe: a low-latency HiFi-GAN, distilled from the pretrained one.
 
 The pretrained HiFi-GAN V1 reads 12.7 mel frames (148 ms) ahead of each output sample, which
 alone breaks the codec's 100 ms latency budget. The student is the same generator with its first

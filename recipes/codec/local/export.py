@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Stages 2 and 4 of the codec recipe: checkpoints -> the inference weights burble ships.
+"""Stages 2 and 5 of the codec recipe: checkpoints -> the inference weights burble ships.
 
 The codec: ``burble/codecs/weights/<name>.safetensors`` (fp32, encoder + codebooks + decoder + mel
 statistics, the config and the vocoder's name in the metadata); ``burble.codecs.load(name)``
@@ -53,7 +53,7 @@ def export_vocoder(checkpoint: Path, out: Path, codec: Path | None) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", type=Path, help="the codec's training checkpoint (stage 1)")
-    parser.add_argument("--vocoder-checkpoint", type=Path, help="the distilled vocoder (stage 3's vocoder.pt)")
+    parser.add_argument("--vocoder-checkpoint", type=Path, help="the distilled vocoder (stage 4's vocoder.pt)")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--vocoder", default="universal", help="the exported codec's vocoder")
     parser.add_argument("--codec", type=Path, help="with --vocoder-checkpoint: the exported codec that decodes through it")

@@ -1,10 +1,12 @@
 #!/usr/bin/env python
-"""Stage 5 of the codec recipe: training curves and held-out mel distance per book count.
+"""Stage 6 of the codec recipe: training curves and held-out mel distance per book count.
 
 Reads ``train.log`` (one JSON record per logged step) and writes ``report.png`` (loss terms and
 held-out mel L1 at 1/2/4/8 books over the steps) and a ``RESULTS.md`` table of the last
-evaluation; and, once stage 3 has run, ``RESULTS_vocoder.md`` from the distilled vocoder's
-``vocoder/vocoder.pt`` (its held-out mel distance beside the pretrained generator's). Either part
+evaluation; once stage 3 has run, ``RESULTS_decoder.md`` and ``report_decoder.png`` from
+``refine/train.log`` (held-out mel L1 per book count over the refinement, from the codec it
+started from); and once stage 4 has run, ``RESULTS_vocoder.md`` from the distilled vocoder's
+``vocoder/vocoder.pt`` (its held-out mel distance beside the pretrained generator's). Each part
 is written when its input exists. Reconstruction quality as people judge it (PESQ, STOI, ASR WER
 of the decoded audio) is ``benchmarks/codec.py``'s job; its table goes to BENCHMARKS.md.
 
@@ -21,7 +23,7 @@ from pathlib import Path
 
 
 def vocoder_results(path: Path, out_dir: Path) -> bool:
-    """``RESULTS_vocoder.md`` from stage 3's ``vocoder.pt``; False when there is none."""
+    """``RESULTS_vocoder.md`` from stage 4's ``vocoder.pt``; False when there is none."""
     if not path.is_file():
         return False
     import torch
@@ -45,12 +47,46 @@ def vocoder_results(path: Path, out_dir: Path) -> bool:
     return True
 
 
+def decoder_results(log: Path, out_dir: Path) -> bool:
+    """``RESULTS_decoder.md`` and ``report_decoder.png`` from stage 3's log; False when there is none."""
+    records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.is_file() else []
+    evals = [r for r in records if "mel_l1@4" in r]
+    if len(evals) < 2:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    books = sorted({int(k.split("@")[1]) for k in evals[0] if k.startswith("mel_l1@")})
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for b in books:
+        ax.plot([r["step"] for r in evals], [r[f"mel_l1@{b}"] for r in evals], marker="o", label=f"{b} books")
+    ax.set_xlabel("refinement step (0: the codec it started from)")
+    ax.set_ylabel("mean |log-mel error| (nats)")
+    ax.set_title("decoder refinement, held-out Piper sentences")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out_dir / "report_decoder.png", dpi=110)
+    first, last = evals[0], evals[-1]
+    lines = ["# Codec recipe: the refined decoder", "",
+             f"Stage 3 grew the decoder and trained it on the frozen codes for {last['step']} steps. Held-out mel "
+             "distance (mean |log-mel error|, nats), the first 20 held-out clips:", "",
+             "| books | before (stage 2) | after (stage 3) |", "|---|---|---|",
+             *[f"| {b} | {first[f'mel_l1@{b}']:.3f} | {last[f'mel_l1@{b}']:.3f} |" for b in books], "",
+             "![refinement](report_decoder.png)", ""]
+    (out_dir / "RESULTS_decoder.md").write_text("\n".join(lines))
+    print(f"wrote {out_dir / 'RESULTS_decoder.md'} and report_decoder.png")
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--exp-dir", required=True, type=Path)
     parser.add_argument("--out-dir", required=True, type=Path)
     args = parser.parse_args(argv)
-    wrote = vocoder_results(args.exp_dir / "vocoder" / "vocoder.pt", args.out_dir)
+    wrote = decoder_results(args.exp_dir / "refine" / "train.log", args.out_dir)
+    wrote = vocoder_results(args.exp_dir / "vocoder" / "vocoder.pt", args.out_dir) or wrote
     log = args.exp_dir / "train.log"
     records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.is_file() else []
     if not records:

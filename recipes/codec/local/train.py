@@ -30,19 +30,11 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-from safetensors import safe_open  # noqa: E402
 
 from burble.codecs.model import CodecConfig, MelCodec  # noqa: E402
 
-
-def load_mels(data_dir: Path, split: str) -> list[torch.Tensor]:
-    mels = []
-    for path in sorted(data_dir.glob(f"{split}_*.safetensors")):
-        with safe_open(str(path), "pt") as f:
-            mels += [f.get_tensor(k).float() for k in sorted(f.keys()) if k.endswith(".mel")]
-    if not mels:
-        raise SystemExit(f"no {split} shards in {data_dir}: run stage 0 first")
-    return mels
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from codec_training import RunningLog, evaluate, load_mels, optimise, reconstruction_losses, warmup_cosine  # noqa: E402
 
 
 def sample_batch(mels: list[torch.Tensor], lengths: torch.Tensor, step: int, batch_size: int, segment: int,
@@ -62,30 +54,7 @@ def sample_batch(mels: list[torch.Tensor], lengths: torch.Tensor, step: int, bat
 
 def losses(model: MelCodec, mel: torch.Tensor, books) -> dict[str, torch.Tensor]:
     out = model(mel, books)
-    err = (out.mel - mel) / model.mel_std
-    delta = torch.diff(out.mel, dim=2) - torch.diff(mel, dim=2)
-    return {"l1": err.abs().mean(), "l2": err.pow(2).mean(), "delta": (delta / model.mel_std).abs().mean(),
-            "commit": out.commitment}
-
-
-@torch.no_grad()
-def evaluate(model: MelCodec, mels: list[torch.Tensor]) -> dict[str, float]:
-    """Held-out mean |log-mel error| (nats) at 1/2/4/8 books, whole clips."""
-    model.eval()
-    result = {}
-    hop = model.config.hop
-    for books in (1, 2, 4, 8):
-        if books > model.config.num_books:
-            continue
-        total, frames = 0.0, 0
-        for mel in mels:
-            mel = mel[:, : mel.shape[1] // hop * hop]
-            rec = model.decode(model.encode(mel[None], books))[0]
-            total += float((rec - mel).abs().sum()) / mel.shape[0]
-            frames += mel.shape[1]
-        result[f"mel_l1@{books}"] = round(total / frames, 4)
-    model.train()
-    return result
+    return {**reconstruction_losses(out.mel, mel, model.mel_std), "commit": out.commitment}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", required=True, type=Path)
     parser.add_argument("--exp-dir", required=True, type=Path)
     parser.add_argument("--steps", type=int, default=6000)
+    parser.add_argument("--clips", type=int, default=1200,
+                        help="train on the first N training clips (the shipped codec: 1200; stage 3 uses them all)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--segment", type=int, default=256, help="mel frames per training window (~3 s)")
     parser.add_argument("--lr", type=float, default=1e-3)
@@ -109,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     args.exp_dir.mkdir(parents=True, exist_ok=True)
-    train = load_mels(args.data_dir, "train")
+    train = load_mels(args.data_dir, "train")[: args.clips]
     heldout = load_mels(args.data_dir, "heldout")[:20]
     lengths = torch.tensor([m.shape[1] for m in train])
     channels = (128, 192, 256, 256)[: args.down_stages + 1]
@@ -118,8 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     model = MelCodec(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.8, 0.99), weight_decay=1e-4)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / args.warmup) * max(
-        0.05, 0.5 * (1 + torch.cos(torch.tensor(min(s, args.steps) / args.steps * 3.14159)).item())))
+    schedule = warmup_cosine(optimizer, warmup=args.warmup, steps=args.steps)
     checkpoint = args.exp_dir / "checkpoint.pt"
     step = 0
     if checkpoint.is_file():
@@ -146,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
     model.train()
     log = open(args.exp_dir / "train.log", "a")
-    started, running = time.perf_counter(), {}
+    started, running = time.perf_counter(), RunningLog()
     first_step = step
     while step < args.steps:
         mel = sample_batch(train, lengths, step, args.batch_size, args.segment, config.hop)
@@ -156,18 +126,11 @@ def main(argv: list[str] | None = None) -> int:
                             torch.full((args.batch_size,), config.num_books))
         parts = losses(model, mel, books)
         loss = parts["l1"] + parts["l2"] + parts["delta"] + args.commit_weight * parts["commit"]
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
+        optimise(loss, list(model.parameters()), optimizer, schedule)
         step += 1
-        for k, v in parts.items():
-            running[k] = running.get(k, 0.0) + float(v.detach())
-        if step % 50 == 0 or step == args.steps:
-            record = {"step": step, **{k: round(v / 50, 4) for k, v in running.items()},
-                      "lr": round(schedule.get_last_lr()[0], 6)}
-            running = {}
+        running.add(parts)
+        if running.due(step, args.steps):
+            record = running.record(step, schedule.get_last_lr()[0])
             if step % args.eval_every == 0 or step == args.steps:
                 record.update(evaluate(model, heldout))
             rate = (step - first_step) / (time.perf_counter() - started)
