@@ -61,7 +61,10 @@ def load_base(path: Path) -> tuple[MelCodec, dict]:
         metadata = f.metadata()
         state = {k: f.get_tensor(k) for k in f.keys()}
     model = MelCodec(CodecConfig.from_dict(json.loads(metadata["config"])))
-    model.load_state_dict(state, strict=False)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.startswith("quantizer.")]  # the file keeps only the codebooks of the VQ
+    if missing or unexpected:
+        raise SystemExit(f"{path} is not a codec this recipe made (missing {missing}, unexpected {unexpected})")
     model.quantizer.initialized.fill_(True)
     return model, metadata
 
