@@ -17,7 +17,7 @@ from torch import nn
 from burble.asr.whisper.attention_record import CrossAttentionRecord
 from burble.decoding.kv_cache import KVCache
 from burble.kernels.attention import KeysValues, KeyValueSegments, attention, segmented_attention
-from burble.kernels.linear import MAX_PACKED_ROWS, weight_linear
+from burble.kernels.linear import MAX_PACKED_ROWS, linear, weight_linear
 
 
 @dataclass(frozen=True)
@@ -95,19 +95,21 @@ class ResidualAttentionBlock(nn.Module):
         attn_mask: Optional[torch.Tensor] = None,
         capture_heads: Optional[list[int]] = None,
     ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        # Every projection of the decoded tokens goes through kernels.linear: a pass of 2-64 rows
+        # (speculative verification, a batch of streams) costs about what a one-row step does there.
         h = self.attn_ln(x)
-        q = self.attn.split_heads(self.attn.query(h))
-        k, v = self.attn.project_kv(h)
+        q = self.attn.split_heads(linear(h, self.attn.query))
+        k, v = self.attn.split_heads(linear(h, self.attn.key)), self.attn.split_heads(linear(h, self.attn.value))
         if isinstance(start, torch.Tensor):  # each row at its own position (ragged batch)
             k_all, v_all = cache.write_rows(layer, start, k, v)
         else:
             k_all, v_all = cache.write(layer, start, k, v)
         out = attention(q, k_all, v_all, is_causal=attn_mask is None, mask=attn_mask)
-        x = x + self.attn.out(self.attn.merge_heads(out))
+        x = x + linear(self.attn.merge_heads(out), self.attn.out)
 
         assert self.cross_attn is not None and self.cross_attn_ln is not None
         h = self.cross_attn_ln(x)
-        q = self.cross_attn.split_heads(self.cross_attn.query(h))
+        q = self.cross_attn.split_heads(linear(h, self.cross_attn.query))
         if cache.cross_rows is not None:  # rows of different streams: each attends to its own audio
             per_row = [_cross_attention(q[b : b + 1], row[layer], capture_heads) for b, row in enumerate(cache.cross_rows)]
             out = torch.cat([row_out for row_out, _ in per_row])
@@ -115,12 +117,13 @@ class ResidualAttentionBlock(nn.Module):
         else:
             out, one = _cross_attention(q, cache.cross[layer], capture_heads)
             scores = [one]
-        x = x + self.cross_attn.out(self.cross_attn.merge_heads(out))
+        x = x + linear(self.cross_attn.merge_heads(out), self.cross_attn.out)
         weights = None
         if capture_heads:
             frames = max(s.shape[-1] for s in scores)  # rows' own lengths, right-padded (read up to them only)
             weights = torch.cat([F.pad(s, (0, frames - s.shape[-1])) for s in scores])  # type: ignore[union-attr]
-        return x + self.mlp(self.mlp_ln(x)), weights
+        up, act, down = self.mlp
+        return x + linear(act(linear(self.mlp_ln(x), up)), down), weights
 
 
 def _cross_attention(
