@@ -34,8 +34,8 @@ class TranscribeOptions:
       speculative: ``off``, ``ngram`` (prompt lookup), ``self`` (early-exit self-draft), ``mtp``
         (the model's trained draft heads), ``eagle`` (its trained one-layer draft model) or
         ``auto``: what measured fastest, i.e. the previous hypothesis as the draft when re-decoding
-        audio (streaming) and plain decoding offline, where every drafter, the trained ones
-        included, measured slower on the CPUs here (:mod:`burble.asr.speculation`).
+        audio (streaming), and offline the model's draft layer in 2-token chains where one ships
+        (tiny.en), else plain decoding (:mod:`burble.asr.speculation`).
       draft_length: tokens per speculative draft (the depth of a draft tree).
       draft_layers: decoder layers the early-exit self-draft uses.
       draft_tree: shape of ``mtp`` drafts: ``chain`` (the heads' best tokens), ``static`` (a fixed

@@ -10,17 +10,20 @@
   drafting and the longer passes cost more than they save (decoder 0.6-0.95x): opt-in only;
 * ``eagle``: the model's trained EAGLE-style draft layer (:mod:`burble.decoding.eagle`), shipped
   for tiny.en, drafting a chain at the level of the decoder's features. On the dev speech it is
-  accepted more than the heads (1.65-1.72 tokens per pass, 1.6x fewer decoder passes), but on
-  the AMD CPU here a pass of 2-5 rows costs ~1.6x a one-row step and drafting ~1.1 ms a token, so
-  decoding is still slower than plain (0.74-0.86x): opt-in only;
+  accepted more than the heads (1.65-1.72 tokens per pass, 1.6x fewer decoder passes). Since the
+  decoder's projections run multi-row passes through oneDNN (``kernels.linear``), a pass of 2-5
+  rows costs 1.25x a one-row step on 1 thread and no more than one on 2: decoder 1.01x (k = 2) /
+  0.85x (k = 4) of plain on 1 thread, 1.27x / 1.11x on 2;
 * ``auto``: what measured fastest for the situation (BENCHMARKS.md, "Speculative decoding"):
 
   - re-decoding audio that has a previous hypothesis (streaming re-decodes its window every
     chunk): that hypothesis is the draft (:class:`PreviousHypothesisDrafter`), 2.1x fewer decoder
-    passes and 1.4-1.6x faster decoding; adding the heads past its end measured slower;
-  - offline (a window decoded once): no drafter. Prompt lookup is accepted ~8% of the time and
-    made the decoder 0.85x as fast; the early-exit self-draft of an untrained Whisper layer ~4%
-    (0.26x); the trained MTP heads see above.
+    passes and 1.6-2x faster decoding; adding the heads past its end measured slower;
+  - offline (a window decoded once): the draft layer in chains of ``AUTO_EAGLE_DRAFT_LENGTH``
+    tokens where the model ships one (tiny.en: end to end 1.11x on 2 threads, 1.00x on 1), else
+    no drafter. Prompt lookup is accepted ~8% of the time and made the decoder 0.85x as fast;
+    the early-exit self-draft of an untrained Whisper layer ~4% (0.26x); the MTP heads see above.
+    Windows decoded together in a batch (:func:`burble.asr.batching.decode_windows`) stay plain.
 
 All of them are lossless: greedy verification keeps exactly the tokens plain decoding would give.
 """
@@ -42,6 +45,10 @@ from burble.decoding.speculative import Drafter
 # drafted 36% / 49% fewer tokens but gave decoder 0.78x / 0.79x against 0.74x without a cut and
 # 0.86x with k = 2, so a shorter fixed chain did better than the cut.
 EAGLE_MIN_PROBABILITY = 0.0
+
+# ``auto`` drafts chains of 2 tokens with the draft layer: on the dev speech 1.65 tokens per pass
+# against 1.71 with 4, and each drafted token costs ~1.1 ms (decoder 1.27x vs 1.11x, 2 threads).
+AUTO_EAGLE_DRAFT_LENGTH = 2
 
 # ``--draft-tree``: a fixed Medusa-style tree of 10 nodes (rank paths: the heads' 1st/2nd/3rd
 # choices) and the probability-ranked dynamic tree.
@@ -82,7 +89,11 @@ def window_drafter(
     if options.speculative == "eagle" and draft_layer is None:
         raise ValueError("--speculative eagle: no trained draft layer ships for this model (see recipes/mtp_heads)")
     if options.speculative == "auto":
-        return PreviousHypothesisDrafter(previous_hypothesis) if previous_hypothesis else None
+        if previous_hypothesis:
+            return PreviousHypothesisDrafter(previous_hypothesis)
+        if draft_layer is None:
+            return None
+        return EagleDrafter(text_model, draft_layer, eos_token_id=eos_token_id, max_tokens=AUTO_EAGLE_DRAFT_LENGTH)
     if options.speculative == "mtp":
         mtp = MTPDrafter(text_model, draft_heads, eos_token_id=eos_token_id, tree=DRAFT_TREES[options.draft_tree])
         # The previous hypothesis first (it is right about most of the re-decoded audio); the heads

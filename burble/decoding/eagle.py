@@ -235,13 +235,16 @@ class EagleDrafter:
       min_probability: stop the chain before a token the layer gives less than this probability
         (the first token is always drafted): an unlikely token costs a drafting step and a
         verification row and is rarely accepted.
+      max_tokens: draft at most this many tokens a pass, whatever the loop's ``k`` (``None``: ``k``).
     """
 
     def __init__(
-        self, model: HiddenStateModel, layer: EagleLayer, *, eos_token_id: Optional[int] = None, min_probability: float = 0.0
+        self, model: HiddenStateModel, layer: EagleLayer, *, eos_token_id: Optional[int] = None, min_probability: float = 0.0,
+        max_tokens: Optional[int] = None,
     ) -> None:
         self.model, self.layer, self.eos_token_id = model, layer, eos_token_id
         self.min_probability = min_probability
+        self.max_tokens = max_tokens
         self._first: Optional[int] = None  # absolute position of cache entry 0
         self._verified = 0  # cache entries made from true features (the rest were drafts)
         self._length = 0  # cache entries in use
@@ -270,6 +273,7 @@ class EagleDrafter:
 
     @torch.inference_mode()
     def propose(self, tokens: Sequence[int], k: int, rule: TargetRule) -> Draft:
+        k = k if self.max_tokens is None else min(k, self.max_tokens)
         if k <= 0 or len(tokens) < 2:
             return Draft([])
         start, hidden = self.model.last_hidden_states()

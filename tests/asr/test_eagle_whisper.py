@@ -63,3 +63,21 @@ def test_a_layer_scoring_the_wrong_rows_is_accepted_at_chance(asr):
     stats, identical = _decode_dev(asr_broken)
     assert identical  # a bad drafter costs speed, never tokens
     assert stats.mean_acceptance_length < 1.15, stats.mean_acceptance_length
+
+
+def test_auto_drafts_two_token_chains_with_the_layer_offline_and_plainly_without_one(asr):
+    """``--speculative auto`` offline: the shipped layer, 2 tokens a pass (what measured fastest);
+    a model without a layer (here: the same one with it taken away) decodes plainly."""
+    item = [item for item in dev_audio_items() if item.duration_s <= 30.0][0]
+    audio = item.load()
+    auto = replace(GREEDY, speculative="auto")
+    with torch.inference_mode():
+        plain = asr.transcribe(audio, GREEDY)
+        drafted = asr.transcribe(audio, auto)
+        without = copy.copy(asr)
+        without.whisper = replace(asr.whisper, draft_layer=None)
+        undrafted = without.transcribe(audio, auto)
+    assert [s.tokens for s in drafted.segments] == [s.tokens for s in plain.segments]
+    assert drafted.stats.drafted > 0 and drafted.stats.target_passes < plain.stats.target_passes
+    assert drafted.stats.drafted <= 2 * drafted.stats.target_passes
+    assert undrafted.stats.drafted == 0 and undrafted.stats.target_passes == plain.stats.target_passes

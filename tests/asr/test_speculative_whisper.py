@@ -100,8 +100,12 @@ def test_speculative_windows_give_identical_tokens(model: str, limit):
     # Short single clips rarely repeat an n-gram, so the n-gram drafter may get nothing accepted.
     for drafter in ("ngram", "self", "auto re-decode", *(d for d in totals if d.startswith(("mtp", "eagle")))):
         assert totals[drafter].drafted > 0, drafter
-    # Offline (no previous hypothesis) ``auto`` is plain decoding: every drafter measured slower.
-    assert totals["auto"].drafted == 0
+    # Offline (no previous hypothesis) ``auto`` drafts with the model's draft layer where one ships
+    # (2 tokens a pass) and is plain decoding otherwise (every other drafter measured slower).
+    if asr.whisper.draft_layer is not None:
+        assert 0 < totals["auto"].drafted <= 2 * totals["auto"].target_passes
+    else:
+        assert totals["auto"].drafted == 0
     if "mtp chain" in totals:
         # Trained heads are accepted far above chance (random heads: ~1.02 tokens per pass;
         # measured 1.37 on the dev speech).
@@ -126,7 +130,7 @@ def test_long_form_transcription_is_identical_with_every_drafter():
         result = asr.transcribe(audio, replace(GREEDY, **overrides))
         assert [s.tokens for s in result.segments] == [s.tokens for s in plain.segments], drafter
         assert result.stats.generated == plain.stats.generated
-        if drafter == "auto":  # offline, auto decodes plainly
+        if drafter == "auto" and asr.whisper.draft_layer is None:  # offline without a layer: plain
             assert result.stats.target_passes == plain.stats.target_passes and result.stats.drafted == 0
         else:
             assert result.stats.target_passes < plain.stats.target_passes or drafter == "self"

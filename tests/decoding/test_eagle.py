@@ -137,3 +137,13 @@ def test_min_probability_cuts_the_chain_after_the_first_token():
         chains[threshold] = drafter.propose(tokens[:7], 4, rule=lambda logits, prefix: logits).tokens
     assert len(chains[0.0]) == 4
     assert chains[1.01] == chains[0.0][:1]  # nothing is that sure: only the first token, which is always drafted
+
+
+def test_max_tokens_caps_the_chain_whatever_k_the_loop_asks_for():
+    layer, model, tokens = setup(5)
+    chains = {}
+    for cap in (None, 2):
+        drafter = EagleDrafter(model, layer, max_tokens=cap)
+        model.ran(0, 6)
+        chains[cap] = drafter.propose(tokens[:7], 4, rule=lambda logits, prefix: logits).tokens
+    assert len(chains[None]) == 4 and chains[2] == chains[None][:2]
