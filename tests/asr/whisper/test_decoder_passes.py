@@ -8,19 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-import burble
 from burble.asr.whisper.model import WhisperTextModel
 from burble.kernels import linear as linear_module
 
 pytestmark = pytest.mark.skipif(not linear_module._packing_available(), reason="no oneDNN linear in this torch build")
-
-
-@pytest.fixture(scope="module")
-def text_model() -> WhisperTextModel:
-    asr = burble.load_model("tiny.en")
-    torch.manual_seed(0)
-    features = torch.randn(1, 1500, asr.whisper.model.dims.n_audio_state) * 0.5
-    return WhisperTextModel(asr.whisper.model, features)
 
 
 def _packed_layers(text_model: WhisperTextModel) -> list[str]:

@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 
-import burble
 from burble.asr.whisper.model import WhisperTextModel
 from burble.decoding.tree import DraftTree
-
-
-@pytest.fixture(scope="module")
-def text_model() -> WhisperTextModel:
-    asr = burble.load_model("tiny.en")
-    torch.manual_seed(0)
-    features = torch.randn(1, 1500, asr.whisper.model.dims.n_audio_state) * 0.5
-    return WhisperTextModel(asr.whisper.model, features)
 
 
 def _path_logits(text_model: WhisperTextModel, prefix: list[int], path: list[int]) -> torch.Tensor:
