@@ -141,13 +141,13 @@ def main(argv=None) -> int:
             if item.text:
                 cell[2].append((item.text, text))
 
-        for item in items:
+        for position, item in enumerate(items):
             for label, measured in workers.items():
                 if item.id in measured[name]:
                     record(label, item, *measured[name][item.id])
             # The systems take turns going first: the first after another file (and after the
             # peers' runs) finds the caches cold, which once made the first burble row look ~15% slower.
-            turn = items.index(item) % len(systems)
+            turn = position % len(systems)
             for system, fn in list(systems.items())[turn:] + list(systems.items())[:turn]:
                 best = float("inf")
                 for _ in range(args.repeats):

@@ -47,6 +47,16 @@ def vocoder_results(path: Path, out_dir: Path) -> bool:
     return True
 
 
+def plot_heldout(ax, evals: list[dict], books: list[int], *, xlabel: str, title: str) -> None:
+    """Held-out mel L1 per book count over the evaluated steps, on ``ax``."""
+    for b in books:
+        ax.plot([r["step"] for r in evals], [r[f"mel_l1@{b}"] for r in evals], marker="o", label=f"{b} books")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("mean |log-mel error| (nats)")
+    ax.set_title(title)
+    ax.legend()
+
+
 def decoder_results(log: Path, out_dir: Path) -> bool:
     """``RESULTS_decoder.md`` and ``report_decoder.png`` from stage 3's log; False when there is none."""
     records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.is_file() else []
@@ -60,12 +70,8 @@ def decoder_results(log: Path, out_dir: Path) -> bool:
 
     books = sorted({int(k.split("@")[1]) for k in evals[0] if k.startswith("mel_l1@")})
     fig, ax = plt.subplots(figsize=(6, 4))
-    for b in books:
-        ax.plot([r["step"] for r in evals], [r[f"mel_l1@{b}"] for r in evals], marker="o", label=f"{b} books")
-    ax.set_xlabel("refinement step (0: the codec it started from)")
-    ax.set_ylabel("mean |log-mel error| (nats)")
-    ax.set_title("decoder refinement, held-out Piper sentences")
-    ax.legend()
+    plot_heldout(ax, evals, books, xlabel="refinement step (0: the codec it started from)",
+                 title="decoder refinement, held-out Piper sentences")
     fig.tight_layout()
     fig.savefig(out_dir / "report_decoder.png", dpi=110)
     first, last = evals[0], evals[-1]
@@ -110,12 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     left.set_xlabel("step")
     left.set_title("training loss terms (normalised log-mel)")
     left.legend()
-    for b in books:
-        right.plot([r["step"] for r in evals], [r[f"mel_l1@{b}"] for r in evals], marker="o", label=f"{b} books")
-    right.set_xlabel("step")
-    right.set_ylabel("mean |log-mel error| (nats)")
-    right.set_title("held-out Piper sentences")
-    right.legend()
+    plot_heldout(right, evals, books, xlabel="step", title="held-out Piper sentences")
     fig.tight_layout()
     fig.savefig(args.out_dir / "report.png", dpi=110)
 
