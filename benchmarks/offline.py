@@ -4,19 +4,26 @@ Prints WER, RTF and the time ratio per model and per subset (short clips, the 80
 recordings), then a profile of where burble's time goes, and appends the table to BENCHMARKS.md.
 
     python benchmarks/offline.py [--models tiny.en base] [--beam-size 1] [--threads 2] [--no-write]
-        [--baseline-ref REF] [--limit N] [--speculative auto]
+        [--baseline-ref REF] [--limit N] [--speculative auto] [--rounds 2] [--in-process]
 
 ``--speculative X`` decodes burble's greedy windows with that drafter (``burble transcribe
 --speculative X``; lossless, so the text is the same) and adds a ``burble fp32 speculative X`` row.
 
-``--baseline-ref REF`` adds a ``burble fp32 before (REF)`` row per subset, measured in a subprocess
-against a temporary worktree of REF, beside ``burble fp32 after (working tree)``: one run gives a
-change's before/after rows. ``--limit N`` takes only the first N files (a quick check of the script).
+Every system runs in a process of its own (a worker that loads one model, warms it up and times
+every file), ``--rounds`` times, taking turns, and each file keeps its fastest run. In one process,
+a faster-whisper call before each burble call made burble's long files ~30% slower (23.0 s against
+17.2 s: CTranslate2's model evicts burble's weights from the caches), so the peers no longer share
+burble's process. ``--in-process`` restores the old way (all systems in this process, per file).
+
+``--baseline-ref REF`` adds a ``burble fp32 before (REF)`` row per subset, measured against a
+temporary worktree of REF, beside ``burble fp32 after (working tree)``: one run gives a change's
+before/after rows. ``--limit N`` takes only the first N files (a quick check of the script).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import pstats
@@ -58,14 +65,37 @@ def best_of(runs: list[dict[str, dict[str, list]]]) -> dict[str, dict[str, list]
     return {name: {clip: min((run[name][clip] for run in runs), key=lambda r: r[0]) for clip in runs[0][name]} for name in runs[0]}
 
 
-def measure_burble(name: str, audio: dict[str, np.ndarray], beam_size: int, repeats: int) -> dict[str, list]:
+# What a worker measures (``--worker-system``): the row label of each, given the speculative option.
+WORKER_SYSTEMS = ("burble", "burble-speculative", "fw-float32", "fw-int8")
+
+
+def system_label(system: str, speculative: str) -> str:
+    return {
+        "burble": "burble fp32",
+        "burble-speculative": f"burble fp32 speculative {speculative}",
+        "fw-float32": "faster-whisper fp32",
+        "fw-int8": "faster-whisper int8",
+    }[system]
+
+
+def measure_system(
+    system: str, name: str, audio: dict[str, np.ndarray], beam_size: int, repeats: int, speculative: str, threads: int
+) -> dict[str, list]:
     """``{id: [best seconds, text]}`` for every clip but the warm-up one (:data:`WARM_UP_KEY`).
 
-    Uses only ``burble.load_model`` and ``transcribe``, which every baseline ref has, so it also
-    runs as a ``--baseline-ref`` worker.
+    Of burble it uses only ``burble.load_model`` and ``transcribe``, which every baseline ref has,
+    so it also runs as a ``--baseline-ref`` worker.
     """
-    asr = burble.load_model(name)
-    run_burble(asr, audio[WARM_UP_KEY], beam_size)  # warm-up (first-call compilation, allocator pools)
+    if system.startswith("fw-"):
+        from burble.testing.peers import faster_whisper_model
+
+        model = faster_whisper_model(name, system[3:], threads)
+        run = lambda samples: run_peer(model, samples, beam_size)  # noqa: E731
+    else:
+        asr = burble.load_model(name)
+        drafter = speculative if system == "burble-speculative" else "off"
+        run = lambda samples: run_burble(asr, samples, beam_size, drafter)  # noqa: E731
+    run(audio[WARM_UP_KEY])  # warm-up (first-call compilation, allocator pools)
     results = {}
     for clip_id, samples in audio.items():
         if clip_id == WARM_UP_KEY:
@@ -73,7 +103,7 @@ def measure_burble(name: str, audio: dict[str, np.ndarray], beam_size: int, repe
         best = float("inf")
         for _ in range(repeats):
             start = time.perf_counter()
-            text = run_burble(asr, samples, beam_size)
+            text = run(samples)
             best = min(best, time.perf_counter() - start)
         results[clip_id] = [best, text]
     return results
@@ -87,13 +117,19 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=1, help="time each file this many times (min is kept)")
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--limit", type=int, help="only the first N files (a quick check of the script)")
-    parser.add_argument("--speculative", default="off", help="also time burble with this drafter (off, ngram, self, mtp, auto)")
+    parser.add_argument("--speculative", default="off", help="also time burble with this drafter (off, ngram, self, mtp, eagle, auto)")
+    parser.add_argument("--rounds", type=int, default=2, help="worker runs per system, taking turns (each file keeps its best)")
+    parser.add_argument("--in-process", action="store_true", help="run every system in this process, file by file (the old way)")
+    parser.add_argument("--worker-system", choices=WORKER_SYSTEMS, default="burble", help=argparse.SUPPRESS)
     add_baseline_options(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    if args.worker_output:  # a worker run (see measure_in_tree): burble only, on the parent's audio
+    if args.worker_output:  # a worker run (see measure_in_tree): one system, on the parent's audio
         audio = dict(np.load(args.worker_audio))
-        write_worker_output(args.worker_output, {name: measure_burble(name, audio, args.beam_size, args.repeats) for name in args.models})
+        write_worker_output(args.worker_output, {
+            name: measure_system(args.worker_system, name, audio, args.beam_size, args.repeats, args.speculative, args.threads)
+            for name in args.models
+        })  # fmt: skip
         return 0
     from burble.audio.io import load_audio
     from burble.metrics.wer import corpus_wer
@@ -105,27 +141,39 @@ def main(argv=None) -> int:
     audio = {item.id: load_audio(str(item.audio_path)) for item in items}
     warm_up_item = next(item for item in dev_audio_items() if item.id == WARM_UP_ID)
     warm_up = audio[WARM_UP_ID] if WARM_UP_ID in audio else load_audio(str(warm_up_item.audio_path))
-    # With a baseline, before and after both run as worker processes of the same shape, alternating
-    # (before, after, before, after) so a drift in machine load hits both; each clip keeps its best.
-    workers = {}
+    # Workers: one process per system and round, taking turns so a drift in machine load hits all;
+    # each clip keeps its best. With a baseline, before and after are burble workers of the same shape.
+    command = worker_argv(sys.argv[1:] if argv is None else argv)
+    arrays = {**audio, WARM_UP_KEY: warm_up}
+    plan: list[tuple[str, Path, str]] = []  # (row label, burble tree, worker system)
+    trees = contextlib.ExitStack()  # the baseline's worktree, removed once its workers are done
     if args.baseline_ref:
-        command = worker_argv(sys.argv[1:] if argv is None else argv)
-        arrays = {**audio, WARM_UP_KEY: warm_up}
-        labels = {"before": f"burble fp32 before ({short_ref(args.baseline_ref)})", "after": "burble fp32 after (working tree)"}
-        runs = {label: [] for label in labels.values()}
-        with worktree_at(args.baseline_ref) as tree:
-            for _ in range(BASELINE_ROUNDS):
-                runs[labels["before"]].append(measure_in_tree(tree, __file__, command, arrays))
-                runs[labels["after"]].append(measure_in_tree(ROOT, __file__, command, arrays))
-        workers = {label: best_of(results) for label, results in runs.items()}
+        tree = trees.enter_context(worktree_at(args.baseline_ref))
+        plan += [(f"burble fp32 before ({short_ref(args.baseline_ref)})", tree, "burble"), ("burble fp32 after (working tree)", ROOT, "burble")]
+    elif not args.in_process:
+        plan.append((system_label("burble", args.speculative), ROOT, "burble"))
+        if args.speculative != "off":
+            plan.append((system_label("burble-speculative", args.speculative), ROOT, "burble-speculative"))
+    if not args.in_process:
+        plan += [(system_label(s, args.speculative), ROOT, s) for s in ("fw-float32", "fw-int8")]
+    runs: dict[str, list] = {label: [] for label, _, _ in plan}
+    rounds = BASELINE_ROUNDS if args.baseline_ref and args.in_process else args.rounds
+    with trees:
+        for round_ in range(rounds if plan else 0):
+            for label, tree, system in plan[round_ % len(plan) :] + plan[: round_ % len(plan)]:
+                print(f"round {round_ + 1}/{rounds}: {label}", file=sys.stderr)
+                runs[label].append(measure_in_tree(tree, __file__, [*command, "--worker-system", system], arrays))
+    workers = {label: best_of(results) for label, results in runs.items()}
     rows, profiles = [], []
     for name in args.models:
         asr = burble.load_model(name)
-        systems = {
-            "faster-whisper fp32": lambda a, m=faster_whisper_model(name, "float32", args.threads): run_peer(m, a, args.beam_size),
-            "faster-whisper int8": lambda a, m=faster_whisper_model(name, "int8", args.threads): run_peer(m, a, args.beam_size),
-        }
-        if not workers:
+        systems = {}
+        if args.in_process:
+            systems = {
+                "faster-whisper fp32": lambda a, m=faster_whisper_model(name, "float32", args.threads): run_peer(m, a, args.beam_size),
+                "faster-whisper int8": lambda a, m=faster_whisper_model(name, "int8", args.threads): run_peer(m, a, args.beam_size),
+            }
+        if args.in_process and not args.baseline_ref:
             systems = {"burble fp32": lambda a, asr=asr: run_burble(asr, a, args.beam_size), **systems}
             if args.speculative != "off":
                 systems = {f"burble fp32 speculative {args.speculative}": lambda a, asr=asr: run_burble(asr, a, args.beam_size, args.speculative), **systems}
@@ -147,7 +195,7 @@ def main(argv=None) -> int:
                     record(label, item, *measured[name][item.id])
             # The systems take turns going first: the first after another file (and after the
             # peers' runs) finds the caches cold, which once made the first burble row look ~15% slower.
-            turn = position % len(systems)
+            turn = position % max(1, len(systems))
             for system, fn in list(systems.items())[turn:] + list(systems.items())[:turn]:
                 best = float("inf")
                 for _ in range(args.repeats):
@@ -155,7 +203,8 @@ def main(argv=None) -> int:
                     text = fn(audio[item.id])
                     best = min(best, time.perf_counter() - start)
                 record(system, item, best, text)
-            print(f"{name} {item.id}: done", file=sys.stderr)
+            if systems:
+                print(f"{name} {item.id}: done", file=sys.stderr)
         for subset in ("short", "long"):
             base_time = results["faster-whisper fp32"][subset][0]
             if not base_time:
@@ -179,7 +228,8 @@ def main(argv=None) -> int:
         + "\n".join(line for line in text.splitlines() if line.strip())[:2500] + "\n```" for name, text in profiles
     )
     append_section(
-        f"Offline transcription vs faster-whisper (beam {args.beam_size}, {args.threads} threads)",
+        f"Offline transcription vs faster-whisper (beam {args.beam_size}, {args.threads} threads, "
+        + ("one process)" if args.in_process else f"a process per system, best of {args.rounds} rounds)"),
         table + "\n" + notes,
         machine=machine,
         write=not args.no_write,

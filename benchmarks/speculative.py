@@ -8,7 +8,7 @@ decoded to exactly the plain greedy tokens.
 Two scenarios on ``../shared/dev-audio`` (every recording, the long one included):
 
 * ``transcribe``: ``WhisperASR.transcribe(audio, beam_size=1, temperatures=(0,), speculative=X)``
-  for X in off / ngram / self / mtp (chain, static and dynamic trees) / eagle (chain) / auto (what
+  for X in off / ngram / self / mtp (chain, static and dynamic trees) / eagle (chain, and the chain with first-position leaves) / auto (what
   ``burble transcribe --speculative X [--draft-tree T]`` runs);
   end-to-end time includes the log-mel frontend and the encoder.
 * ``re-decode``: the streaming case. Each recording of at most 30 s is decoded once from its first
@@ -52,6 +52,8 @@ TRANSCRIBE_SYSTEMS: dict[str, dict] = {
     "mtp dynamic tree": {"speculative": "mtp", "draft_tree": "dynamic"},
     "eagle chain": {"speculative": "eagle"},
     "eagle chain k=2": {"speculative": "eagle", "draft_length": 2},
+    "eagle tree k=2": {"speculative": "eagle", "draft_length": 2, "draft_tree": "static"},
+    "eagle tree k=3": {"speculative": "eagle", "draft_length": 3, "draft_tree": "static"},
     "auto": {"speculative": "auto"},
 }
 

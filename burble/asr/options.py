@@ -39,7 +39,8 @@ class TranscribeOptions:
       draft_length: tokens per speculative draft (the depth of a draft tree).
       draft_layers: decoder layers the early-exit self-draft uses.
       draft_tree: shape of ``mtp`` drafts: ``chain`` (the heads' best tokens), ``static`` (a fixed
-        Medusa-style tree) or ``dynamic`` (the most probable nodes under the heads).
+        Medusa-style tree) or ``dynamic`` (the most probable nodes under the heads); for ``eagle``
+        any tree is the chain plus the first position's next-best guesses as leaves.
       max_new_tokens: per window (default: half of the text context, like CTranslate2).
     """
 

@@ -10,17 +10,19 @@
   drafting and the longer passes cost more than they save (decoder 0.6-0.95x): opt-in only;
 * ``eagle``: the model's trained EAGLE-style draft layer (:mod:`burble.decoding.eagle`), shipped
   for tiny.en, drafting a chain at the level of the decoder's features. On the dev speech it is
-  accepted more than the heads (1.65-1.72 tokens per pass, 1.6x fewer decoder passes). Since the
+  accepted more than the heads (1.66-1.77 tokens per pass, 1.6x fewer decoder passes). Since the
   decoder's projections run multi-row passes through oneDNN (``kernels.linear``), a pass of 2-5
   rows costs 1.25x a one-row step on 1 thread and no more than one on 2: decoder 1.01x (k = 2) /
-  0.85x (k = 4) of plain on 1 thread, 1.27x / 1.11x on 2;
+  0.85x (k = 4) of plain on 1 thread, 1.27x / 1.11x on 2 (1.33x at k = 2 with the layer trained on
+  augmented speech, 2026-12-06). ``--draft-tree static`` adds the first position's next-best guesses
+  as leaves: 7% fewer passes, but a tree pass costs more (decoder 1.29x against 1.33x, 2 threads);
 * ``auto``: what measured fastest for the situation (BENCHMARKS.md, "Speculative decoding"):
 
   - re-decoding audio that has a previous hypothesis (streaming re-decodes its window every
     chunk): that hypothesis is the draft (:class:`PreviousHypothesisDrafter`), 2.1x fewer decoder
     passes and 1.6-2x faster decoding; adding the heads past its end measured slower;
   - offline (a window decoded once): the draft layer in chains of ``AUTO_EAGLE_DRAFT_LENGTH``
-    tokens where the model ships one (tiny.en: end to end 1.11x on 2 threads, 1.00x on 1), else
+    tokens where the model ships one (tiny.en: end to end 1.16x on 2 threads, 1.00x on 1), else
     no drafter. Prompt lookup is accepted ~8% of the time and made the decoder 0.85x as fast;
     the early-exit self-draft of an untrained Whisper layer ~4% (0.26x); the MTP heads see above.
     Windows decoded together in a batch (:func:`burble.asr.batching.decode_windows`) stay plain.
@@ -47,8 +49,14 @@ from burble.decoding.speculative import Drafter
 EAGLE_MIN_PROBABILITY = 0.0
 
 # ``auto`` drafts chains of 2 tokens with the draft layer: on the dev speech 1.65 tokens per pass
-# against 1.71 with 4, and each drafted token costs ~1.1 ms (decoder 1.27x vs 1.11x, 2 threads).
+# against 1.71 with 4, and each drafted token costs ~1.1 ms (decoder 1.27x vs 1.11x, 2 threads);
+# with first-position leaves the same chains took 7% fewer passes but decoded slower (1.29x vs 1.33x).
 AUTO_EAGLE_DRAFT_LENGTH = 2
+
+# ``--speculative eagle --draft-tree static|dynamic``: beside the chain's first token, the layer's
+# next-best guesses for that position as leaves (the first position is where the layer misses
+# most: on the dev speech its best guess is right 43% of the time, one of its best 3 56%).
+EAGLE_TREE_FIRST_CANDIDATES = 3
 
 # ``--draft-tree``: a fixed Medusa-style tree of 10 nodes (rank paths: the heads' 1st/2nd/3rd
 # choices) and the probability-ranked dynamic tree.
@@ -100,7 +108,9 @@ def window_drafter(
         # draft where it has nothing to offer (past its end, or after a divergence).
         return FirstDraft([PreviousHypothesisDrafter(previous_hypothesis), mtp]) if previous_hypothesis else mtp
     if options.speculative == "eagle":
-        eagle = EagleDrafter(text_model, draft_layer, eos_token_id=eos_token_id, min_probability=EAGLE_MIN_PROBABILITY)
+        first_candidates = 1 if options.draft_tree == "chain" else EAGLE_TREE_FIRST_CANDIDATES
+        eagle = EagleDrafter(text_model, draft_layer, eos_token_id=eos_token_id, min_probability=EAGLE_MIN_PROBABILITY,
+                             first_candidates=first_candidates)
         return FirstDraft([PreviousHypothesisDrafter(previous_hypothesis), eagle]) if previous_hypothesis else eagle
     if options.speculative == "ngram":
         return PromptLookupDrafter(hint_tokens=prompt)

@@ -42,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--initial-prompt", default=None, help="text to prompt the first window (every window when batched) with")
     parser.add_argument("--speculative", choices=("off", "ngram", "self", "mtp", "eagle", "auto"), default="off", help="lossless speculative decoding drafter (greedy only; the text is identical): mtp = the model's trained draft heads, eagle = its trained one-layer draft model (both shipped for tiny.en); auto = what measured fastest: offline the draft layer in 2-token chains where the model ships one (else plain), the previous hypothesis when streaming re-decodes")
     parser.add_argument("--draft-length", type=int, default=TranscribeOptions.draft_length, help="tokens per speculative draft (depth of an mtp draft tree)")
-    parser.add_argument("--draft-tree", choices=("chain", "static", "dynamic"), default=TranscribeOptions.draft_tree, help="shape of mtp drafts: the heads' best chain, a fixed 10-node tree, or the most probable nodes")
+    parser.add_argument("--draft-tree", choices=("chain", "static", "dynamic"), default=TranscribeOptions.draft_tree, help="shape of mtp drafts: the heads' best chain, a fixed 10-node tree, or the most probable nodes; with eagle, static or dynamic adds the first position's next-best guesses beside the chain")
     parser.add_argument("--output-format", "-f", default="txt", help=f"{', '.join(FORMATS)}, all, or a comma list (json,txt)")
     parser.add_argument("--output-dir", "-o", default=".", help="where outputs are written")
     add_threads_argument(parser, "each --workers process or Ray actor, so 0 is cores // --workers")

@@ -236,15 +236,24 @@ class EagleDrafter:
         (the first token is always drafted): an unlikely token costs a drafting step and a
         verification row and is rarely accepted.
       max_tokens: draft at most this many tokens a pass, whatever the loop's ``k`` (``None``: ``k``).
+      first_candidates: with more than 1, the draft is a tree: the chain, and beside its first token
+        the layer's next-best ``first_candidates - 1`` guesses as leaves (verified in the same pass,
+        for a model that scores trees). The first position is where the layer is wrong most often.
     """
 
     def __init__(
         self, model: HiddenStateModel, layer: EagleLayer, *, eos_token_id: Optional[int] = None, min_probability: float = 0.0,
-        max_tokens: Optional[int] = None,
+        max_tokens: Optional[int] = None, first_candidates: int = 1,
     ) -> None:
+        if first_candidates < 1:
+            raise ValueError("first_candidates must be >= 1")
         self.model, self.layer, self.eos_token_id = model, layer, eos_token_id
         self.min_probability = min_probability
         self.max_tokens = max_tokens
+        # Leaves only where the loop can verify a tree (greedy passes of a model with forward_tree).
+        self.first_candidates = first_candidates if hasattr(model, "forward_tree") else 1
+        self._alternatives: list[int] = []  # the last tree's first-position leaves
+        self._tree_root = -1  # the position its pass started from
         self._first: Optional[int] = None  # absolute position of cache entry 0
         self._verified = 0  # cache entries made from true features (the rest were drafts)
         self._length = 0  # cache entries in use
@@ -289,22 +298,47 @@ class EagleDrafter:
         first_new = self._first + self._verified
         layer = self.layer
         embed = self.model.embed_tokens
-        features = hidden[0, first_new - start : last + 1 - start].float()[None]
+        features = hidden[0, self._rows(tokens, start, first_new, last, hidden.shape[1])].float()[None]
         following = torch.tensor([list(tokens[first_new + 1 : last + 2])], device=features.device)
         memory = self.model.draft_memory()
         predicted = self._attend(layer._input(features, embed(following)), memory)[:, -1:]
         self._verified = last + 1 - self._first
         drafted: list[int] = []
+        self._alternatives, self._tree_root = [], len(tokens) - 1
         while True:
             logits = layer.logits(predicted[0, 0]).float()
             best = int(logits.argmax())
             if drafted and self.min_probability > 0 and float(torch.softmax(logits, dim=-1)[best]) < self.min_probability:
-                return Draft(drafted)
+                return self._draft(drafted)
+            if not drafted and self.first_candidates > 1:
+                ranked = logits.topk(min(self.first_candidates, logits.shape[0])).indices.tolist()
+                self._alternatives = [self._ids[i] for i in ranked[1:]]
             drafted.append(self._ids[best])
             if len(drafted) == k or drafted[-1] == self.eos_token_id:
-                return Draft(drafted)
+                return self._draft(drafted)
             token = torch.tensor([[drafted[-1]]], device=predicted.device)
             predicted = self._attend(layer._input(predicted, embed(token)), memory)
+
+    def _draft(self, chain: list[int]) -> Draft:
+        """The chain, or a tree of the chain (nodes first, so a pass cut short keeps its prefix)
+        and the first position's other candidates as leaves (last: see :meth:`_rows`)."""
+        if not self._alternatives:
+            return Draft(chain)
+        parents = list(range(-1, len(chain) - 1)) + [-1] * len(self._alternatives)
+        return Draft(chain + self._alternatives, parents=parents)
+
+    def _rows(self, tokens: Sequence[int], start: int, first: int, last: int, rows: int) -> list[int]:
+        """Rows of the last pass's hidden states holding positions ``first .. last`` (its root at ``start``).
+
+        A chain pass holds them in order. A tree pass does too while it accepted the chain; when it
+        accepted one of the first-position leaves, that leaf is among the pass's last rows (the
+        leaves follow the chain, which a pass may have cut to fewer nodes).
+        """
+        positions = list(range(first - start, last + 1 - start))
+        if self._tree_root == start and last > start and tokens[start + 1] in self._alternatives:
+            leaf_row = rows - len(self._alternatives) + self._alternatives.index(tokens[start + 1])
+            positions = [leaf_row if p == 1 else p for p in positions]
+        return positions
 
 
 def chain_acceptance(correct: list[torch.Tensor]) -> torch.Tensor:

@@ -31,6 +31,7 @@ threads=0             # torch threads of training (0: all cores)
 drafter=heads         # heads (Hydra-style MTP heads) or eagle (a one-layer draft model)
 eagle_vocab=8192      # the draft layer's vocabulary (its output rows are fine-tuned)
 workers=2             # stage-0 processes (one torch thread each)
+augment=0             # share of stage-0 clips given room, noise, speed, phone-band and level effects
 cache=""              # default: ~/.cache/burble/mtp_heads/<model>
 
 while [ $# -gt 0 ]; do
@@ -48,6 +49,7 @@ while [ $# -gt 0 ]; do
     --threads) threads=$2; shift 2 ;;
     --drafter) drafter=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
+    --augment) augment=$2; shift 2 ;;
     --cache) cache=$2; shift 2 ;;
     -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
@@ -74,7 +76,7 @@ if [ "$stage" -le 0 ] && [ "$stop_stage" -ge 0 ]; then
   pids=()
   for ((w = 0; w < workers; w++)); do
     OMP_NUM_THREADS=1 $PYTHON "$recipe_dir/local/prepare.py" --out-dir "$cache/data" --model "$model" --clips "$clips" \
-      --seed "$seed" --threads 1 --workers "$workers" --worker "$w" &
+      --seed "$seed" --augment "$augment" --threads 1 --workers "$workers" --worker "$w" &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid"; done

@@ -95,15 +95,16 @@ def test_unrolled_pass_zero_is_causal():
         assert not torch.allclose(before[s][0, 6 + s], after[s][0, 6 + s], atol=1e-3)
 
 
+@pytest.mark.parametrize("first_candidates", [1, 3])  # a chain, and a chain with first-position leaves (a tree)
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_decoding_with_a_random_draft_layer_is_lossless(seed: int):
+def test_decoding_with_a_random_draft_layer_is_lossless(seed: int, first_candidates: int):
     model = HiddenTableModel(8, seed=seed)
     layer = random_layer(seed, hidden=8, heads=2, vocab=8)
     layer.init_projection(torch.eye(8))
     options = DecodingOptions(max_new_tokens=30, draft_length=3)
     prompt = torch.tensor([[1, 2]])
     plain = generate(model, prompt, options)
-    result = generate(model, prompt, options, drafter=EagleDrafter(model, layer))
+    result = generate(model, prompt, options, drafter=EagleDrafter(model, layer, first_candidates=first_candidates))
     assert result.tokens == plain.tokens
     assert result.stats.drafted > 0
 
@@ -147,3 +148,62 @@ def test_max_tokens_caps_the_chain_whatever_k_the_loop_asks_for():
         model.ran(0, 6)
         chains[cap] = drafter.propose(tokens[:7], 4, rule=lambda logits, prefix: logits).tokens
     assert len(chains[None]) == 4 and chains[2] == chains[None][:2]
+
+
+class TreeFeatureModel(FeatureModel):
+    """A :class:`FeatureModel` that scores trees: the drafter then adds first-position leaves."""
+
+    def forward_tree(self, *args: object) -> None:  # never called: the tests hand over the pass's rows
+        raise AssertionError
+
+    def ran_rows(self, start: int, rows: torch.Tensor) -> None:
+        self._last = (start, rows[None])
+
+
+def test_first_candidates_make_a_tree_of_the_chain_and_the_next_best_leaves():
+    layer, model, tokens = setup(6)
+    chain = EagleDrafter(model, layer)
+    model.ran(0, 6)
+    expected = chain.propose(tokens[:7], 2, rule=lambda logits, prefix: logits).tokens
+    tree_model = TreeFeatureModel(model.features, model.embedding, model.memory)
+    drafter = EagleDrafter(tree_model, layer, first_candidates=3)
+    tree_model.ran(0, 6)
+    draft = drafter.propose(tokens[:7], 2, rule=lambda logits, prefix: logits)
+    assert draft.tokens[:2] == expected and draft.parents == [-1, 0, -1, -1]
+    assert len(set(draft.tokens[:1] + draft.tokens[2:])) == 3  # three different first tokens
+    # Without forward_tree the loop could not verify a tree: the drafter keeps to the chain.
+    assert EagleDrafter(model, layer, first_candidates=3).propose(tokens[:7], 2, rule=lambda l, p: l).parents is None
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_after_a_leaf_is_accepted_the_drafter_reads_that_leafs_row(seed: int):
+    """A tree pass over [root, c1, c2, a1, a2] that accepted leaf a2 holds the true feature of its
+    position in its last row: the next chain must be the one drafted from a chain pass over the
+    same accepted tokens."""
+    layer, model, tokens = setup(seed, length=12)
+    rule = lambda logits, prefix: logits  # noqa: E731
+    tree_model = TreeFeatureModel(model.features, model.embedding, model.memory)
+    drafter = EagleDrafter(tree_model, layer, first_candidates=3)
+    tree_model.ran(0, 6)
+    draft = drafter.propose(tokens[:7], 2, rule)
+    leaf = draft.tokens[3]
+    after = tokens[:7] + [leaf, tokens[8]]  # the leaf accepted, then the verifier's own token
+    garbage = torch.randn(5, D, generator=torch.Generator().manual_seed(seed))
+    rows = garbage.clone()
+    rows[0], rows[4] = model.features[6], model.features[7]  # the root's and the leaf's true features
+    tree_model.ran_rows(6, rows)
+    got = drafter.propose(after, 3, rule).tokens[:3]
+
+    reference = EagleDrafter(model, layer)
+    model.ran(0, 6)
+    reference.propose(tokens[:7], 2, rule)
+    model.ran(6, 8)  # a chain pass whose rows are positions 6 and 7
+    assert got == reference.propose(after, 3, rule).tokens
+    # Negative control: the leaf's feature in the chain's row instead, where it is not read.
+    misplaced = garbage.clone()
+    misplaced[0], misplaced[1] = model.features[6], model.features[7]
+    control = EagleDrafter(tree_model, layer, first_candidates=3)
+    tree_model.ran(0, 6)
+    control.propose(tokens[:7], 2, rule)
+    tree_model.ran_rows(6, misplaced)
+    assert control.propose(after, 3, rule).tokens[:3] != got

@@ -1,10 +1,11 @@
-"""The MTP-heads recipe's training rows: head ``i`` at position ``t`` learns token ``t + 2 + i``."""
+"""The MTP-heads recipe: training rows (head ``i`` at position ``t`` learns token ``t + 2 + i``) and the data's augmentation."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors.torch import save_file
 
@@ -80,3 +81,24 @@ def test_eagle_rows_predict_the_next_feature_and_the_token_after_the_next(tmp_pa
     assert batch["target_features"][0, :4, 0].tolist() == [1, 2, 3, 4]
     assert batch["targets"][0].tolist() == [1, 2, 3, eagle.IGNORE, eagle.IGNORE]  # s5 outside, nothing after h4
     assert batch["keys"].shape == (1, 1, 4, 3) and torch.equal(batch["values"], -batch["keys"])
+
+
+def test_augmentation_is_seeded_stays_in_range_and_says_what_it_did():
+    spec = importlib.util.spec_from_file_location("mtp_augment", ROOT / "recipes" / "mtp_heads" / "local" / "augment.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    t = np.arange(16000) / 16000
+    audio = (0.5 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+    labels = set()
+    for seed in range(12):
+        out, label = module.augment(audio, np.random.default_rng(seed))
+        again, same_label = module.augment(audio, np.random.default_rng(seed))
+        assert np.array_equal(out, again) and label == same_label  # a shard remade is the same shard
+        assert out.dtype == np.float32 and np.abs(out).max() <= 1.0
+        if "speed" in label:  # 0.9-1.1x faster: the length follows
+            factor = float(label.split("speed")[1].split("+")[0])
+            assert abs(len(out) * factor / len(audio) - 1) < 0.01  # the label rounds the factor
+        else:
+            assert len(out) == len(audio)
+        labels.add(label.split("+gain")[0])
+    assert len(labels) >= 6  # the effects vary from clip to clip

@@ -47,6 +47,9 @@ from burble.audio.resample import resample  # noqa: E402
 from burble.decoding.kv_cache import KVCache  # noqa: E402
 from burble.testing.synthetic import held_out_sentence_ids, read_sentences  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from augment import augment  # noqa: E402
+
 ESPEAK_VOICES = ("en-us", "en-gb", "en-us+f3", "en-gb-x-rp")
 
 
@@ -89,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shard-size", type=int, default=50)
     parser.add_argument("--piper-fraction", type=float, default=0.7, help="the rest is espeak-ng")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--augment", type=float, default=0.0,
+                        help="share of clips given speed, room, noise, telephone-band and level effects (local/augment.py)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
     parser.add_argument("--workers", type=int, default=1, help="processes sharing the shards (run one per --worker)")
     parser.add_argument("--worker", type=int, default=0, help="this process makes the shards s with s %% workers == worker")
@@ -120,10 +125,12 @@ def main(argv: list[str] | None = None) -> int:
         path = args.out_dir / f"shard_{shard:04d}.safetensors"
         if path.is_file() or shard % args.workers != args.worker:
             continue
+        # Its own random source: augmenting leaves the voices and sentences drawn above unchanged.
+        effects_rng = np.random.default_rng([args.seed, shard, 1])
         tensors: dict[str, torch.Tensor] = {}
         meta = []
         previous: list[int] = []
-        for c, (text, voice_draw, r) in enumerate(plans):
+        for text, voice_draw, r in plans:
             if voice_draw < args.piper_fraction:
                 speaker = f"piper/{r.choice([0.85, 1.0, 1.15])}"
                 audio = speakers.piper(text, float(speaker.split("/")[1]), noise=0.5)
@@ -131,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
                 voice, rate = str(r.choice(ESPEAK_VOICES)), int(r.integers(140, 200))
                 speaker = f"espeak/{voice}/{rate}"
                 audio = speakers.espeak(text, voice, rate)
+            if effects_rng.random() < args.augment:
+                audio, effects = augment(audio, effects_rng)
+                speaker += f"/{effects}"
             audio = audio[:N_SAMPLES]
             mel = pad_or_trim(log_mel_spectrogram(audio, n_mels=whisper.model.dims.n_mels, padding=N_SAMPLES))
             features = whisper.encode(mel)
@@ -138,6 +148,12 @@ def main(argv: list[str] | None = None) -> int:
             prompt = build_prompt(tokenizer, whisper.model.dims.n_text_ctx, conditioned, options)
             window = decode_window(whisper, features, prompt, options)
             sequence = prompt + list(window.tokens) + [tokenizer.eot]
+            if len(sequence) > whisper.model.dims.n_text_ctx:
+                # A prompt plus a decode that ran to its token limit (a repetition loop, which noisy
+                # augmented clips sometimes set off) outgrows the text context: not worth learning.
+                print(f"shard {shard}: skipped a clip of {len(sequence)} tokens ({speaker})", flush=True)
+                continue
+            c = len(meta)  # clips are numbered by what the shard keeps
             with torch.inference_mode():
                 text_model = window.text_model
                 cache = text_model.new_cache(1, len(sequence))

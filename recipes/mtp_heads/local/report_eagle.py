@@ -59,6 +59,9 @@ def dev_acceptance(model_name: str, layer_path: Path, lengths: list[int]) -> lis
     asr.whisper = dataclasses.replace(asr.whisper, draft_layer=_layer_on(EagleLayer.load(layer_path), asr.whisper.model))
     greedy = TranscribeOptions(beam_size=1, temperatures=(0.0,))
     shapes = {"off": greedy} | {f"chain k={k}": dataclasses.replace(greedy, speculative="eagle", draft_length=k) for k in lengths}
+    # The chain with the first position's next-best guesses as leaves (``--draft-tree static``).
+    shapes |= {f"chain k={k} + first-position leaves": dataclasses.replace(greedy, speculative="eagle", draft_length=k, draft_tree="static")
+               for k in lengths[:2]}
     return acceptance_table(asr, shapes)
 
 
@@ -88,7 +91,8 @@ started from Whisper's last block, over a {config['draft_vocab_size']}-token dra
 {record['draft_vocab_coverage']:.2%} of the training transcripts' tokens; {record['passes']} drafting steps unrolled in
 training. Data: {record['train_clips']} training clips ({record['train_rows']} decoder positions) and {record['val_clips']}
 held-out clips ({record['val_rows']} positions) of synthetic speech (Piper and espeak-ng voices of LJ Speech sentences,
-Whisper's own greedy transcripts). Training time: {record['train_seconds'] / 60:.1f} min on this machine's CPU.
+Whisper's own greedy transcripts; the clips stage 0 made with `--augment` also have room, noise, speed, phone-band and
+level effects, `local/augment.py`). Training time: {record['train_seconds'] / 60:.1f} min on this machine's CPU.
 
 ![curves](report_eagle.png)
 
