@@ -57,9 +57,6 @@ def subset_of(item) -> str:
     return "long" if item.duration_s > 60 else "short"
 
 
-BASELINE_ROUNDS = 2  # worker runs per side with --baseline-ref
-
-
 def best_of(runs: list[dict[str, dict[str, list]]]) -> dict[str, dict[str, list]]:
     """Per model and clip, the fastest of several worker runs' ``[seconds, text]``."""
     return {name: {clip: min((run[name][clip] for run in runs), key=lambda r: r[0]) for clip in runs[0][name]} for name in runs[0]}
@@ -157,11 +154,10 @@ def main(argv=None) -> int:
     if not args.in_process:
         plan += [(system_label(s, args.speculative), ROOT, s) for s in ("fw-float32", "fw-int8")]
     runs: dict[str, list] = {label: [] for label, _, _ in plan}
-    rounds = BASELINE_ROUNDS if args.baseline_ref and args.in_process else args.rounds
     with trees:
-        for round_ in range(rounds if plan else 0):
+        for round_ in range(args.rounds if plan else 0):
             for label, tree, system in plan[round_ % len(plan) :] + plan[: round_ % len(plan)]:
-                print(f"round {round_ + 1}/{rounds}: {label}", file=sys.stderr)
+                print(f"round {round_ + 1}/{args.rounds}: {label}", file=sys.stderr)
                 runs[label].append(measure_in_tree(tree, __file__, [*command, "--worker-system", system], arrays))
     workers = {label: best_of(results) for label, results in runs.items()}
     rows, profiles = [], []
