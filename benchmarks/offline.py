@@ -16,8 +16,8 @@ a faster-whisper call before each burble call made burble's long files ~30% slow
 burble's process. ``--in-process`` restores the old way (all systems in this process, per file).
 
 ``--baseline-ref REF`` adds a ``burble fp32 before (REF)`` row per subset, measured against a
-temporary worktree of REF, beside ``burble fp32 after (working tree)``: one run gives a change's
-before/after rows. ``--limit N`` takes only the first N files (a quick check of the script).
+temporary worktree of REF, beside ``burble fp32 after (working tree)`` (and the same pair for
+``--speculative X``): one run gives a change's before/after rows. ``--limit N`` takes only the first N files (a quick check of the script).
 """
 
 from __future__ import annotations
@@ -147,6 +147,11 @@ def main(argv=None) -> int:
     if args.baseline_ref:
         tree = trees.enter_context(worktree_at(args.baseline_ref))
         plan += [(f"burble fp32 before ({short_ref(args.baseline_ref)})", tree, "burble"), ("burble fp32 after (working tree)", ROOT, "burble")]
+        if args.speculative != "off":
+            plan += [
+                (f"burble fp32 speculative {args.speculative} before ({short_ref(args.baseline_ref)})", tree, "burble-speculative"),
+                (f"burble fp32 speculative {args.speculative} after (working tree)", ROOT, "burble-speculative"),
+            ]
     elif not args.in_process:
         plan.append((system_label("burble", args.speculative), ROOT, "burble"))
         if args.speculative != "off":

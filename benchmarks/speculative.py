@@ -55,6 +55,10 @@ TRANSCRIBE_SYSTEMS: dict[str, dict] = {
     "eagle tree k=2": {"speculative": "eagle", "draft_length": 2, "draft_tree": "static"},
     "eagle tree k=3": {"speculative": "eagle", "draft_length": 3, "draft_tree": "static"},
     "auto": {"speculative": "auto"},
+    # The rows above screen one-row passes' logits in int8 (``screen_logits``, the default); these
+    # two project in float32 throughout, as every row did before 2026-12-06.
+    "off (float32 logits)": {"speculative": "off", "screen_logits": False},
+    "eagle chain k=2 (float32 logits)": {"speculative": "eagle", "draft_length": 2, "screen_logits": False},
 }
 
 

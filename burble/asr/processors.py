@@ -1,5 +1,7 @@
 """The logits-processor chain of one Whisper window: suppression, the blank rule, the timestamp grammar.
 
+:func:`logit_screen` says when the chain lets greedy decoding screen its logits in int8.
+
 A caller's own processors (shallow fusion, phrase boosting) join per call through a
 :data:`ProcessorFactory`; the model holds none of its own, so two callers never share biasing.
 """
@@ -11,8 +13,10 @@ from typing import Callable, Optional, Sequence
 from burble.asr.loaded import LoadedWhisper
 from burble.asr.options import TranscribeOptions
 from burble.asr.tokenizer import TIME_PRECISION
+from burble.asr.whisper.model import WhisperTextModel
 from burble.asr.whisper.rules import TimestampRules
 from burble.decoding.logits import LogitsProcessor, SuppressAtBegin, SuppressTokens
+from burble.kernels.screened_projection import ScreenPolicy
 
 # Builds extra processors for one window, given the prompt length (sample_begin).
 ProcessorFactory = Callable[[int], Sequence[LogitsProcessor]]
@@ -48,3 +52,26 @@ def window_processors(
     if extra is not None:
         chain.extend(extra(sample_begin))
     return chain
+
+
+def logit_screen(whisper: LoadedWhisper, text_model: WhisperTextModel, chain: Sequence[LogitsProcessor]) -> Optional[ScreenPolicy]:
+    """The int8 logit screen's policy for a greedy window under ``chain``, or ``None`` if it could change a token.
+
+    The screen keeps the argmax exact over any set of tokens that holds every *free* token or
+    none (:mod:`burble.kernels.screened_projection`). Whisper's own chain only masks such sets:
+    ``SuppressTokens`` a fixed list (ignored by the screen), ``SuppressAtBegin`` the blank and
+    end-of-text (kept exact), the timestamp grammar all text at once or ranges of the specials
+    and timestamps (all kept exact; its rule 5 compares their exact log-sum-exp with the exact
+    best text logit). Any other processor (shallow fusion, phrase boosting) adds scores to single
+    tokens, so with one in the chain the screen stays off.
+    """
+    exact = set(range(whisper.tokenizer.eot, text_model.vocab_size))
+    ignored: set[int] = set()
+    for processor in chain:
+        if isinstance(processor, SuppressTokens):
+            ignored.update(processor.token_ids)
+        elif isinstance(processor, SuppressAtBegin):
+            exact.update(processor.token_ids)
+        elif not isinstance(processor, TimestampRules):
+            return None
+    return text_model.screen_policy(exact=sorted(exact), ignored=sorted(ignored))

@@ -15,7 +15,7 @@ import torch
 
 from burble.asr.loaded import LoadedWhisper
 from burble.asr.options import TranscribeOptions
-from burble.asr.processors import ProcessorFactory, window_processors
+from burble.asr.processors import ProcessorFactory, logit_screen, window_processors
 from burble.asr.speculation import window_drafter
 from burble.asr.whisper.attention_record import CrossAttentionRecord, heads_by_layer
 from burble.asr.window import WindowResult
@@ -118,6 +118,8 @@ def decode_window(
                     previous_hypothesis=previous_hypothesis, draft_heads=whisper.draft_heads,
                     draft_layer=whisper.draft_layer,
                 )
+            if options.screen_logits and temperature == 0 and whisper.device.type == "cpu":
+                text_model.logit_screen = logit_screen(whisper, text_model, chain)
             result = generate(text_model, prompt_tensor, decoding, processors=chain, drafter=drafter, probe_index=probe)
     if stats is not None:
         stats.merge(result.stats)

@@ -33,7 +33,9 @@ def _features(asr, clips):
 
 @pytest.mark.parametrize("without_timestamps", [False, True])
 def test_decode_windows_gives_the_tokens_of_decode_window(asr, clips, without_timestamps):
-    options = replace(GREEDY, without_timestamps=without_timestamps)
+    # Batched rows are never screened (burble.kernels.screened_projection): compare float32 with
+    # float32, so log-probabilities can be held to 1e-4 (the screen's own check allows 1e-3).
+    options = replace(GREEDY, without_timestamps=without_timestamps, screen_logits=False)
     features = _features(asr, clips)
     prompt = asr.build_prompt([], options)
     single_stats, batch_stats = SpeculativeStats(), SpeculativeStats()
