@@ -54,7 +54,9 @@ def window_processors(
     return chain
 
 
-def logit_screen(whisper: LoadedWhisper, text_model: WhisperTextModel, chain: Sequence[LogitsProcessor]) -> Optional[ScreenPolicy]:
+def logit_screen(
+    whisper: LoadedWhisper, text_model: WhisperTextModel, chain: Sequence[LogitsProcessor]
+) -> Optional[ScreenPolicy]:
     """The int8 logit screen's policy for a greedy window under ``chain``, or ``None`` if it could change a token.
 
     The screen keeps the argmax exact over any set of tokens that holds every *free* token or

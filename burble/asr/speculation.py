@@ -24,8 +24,9 @@
   - offline (a window decoded once): the draft layer in chains of ``AUTO_EAGLE_DRAFT_LENGTH``
     tokens where the model ships one (tiny.en: end to end 1.16x on 2 threads, 1.00x on 1, against
     plain decoding with float32 logits; 1.03x against plain decoding with the int8 logit screen,
-    which makes one-row passes ~1.3x faster but not verification passes), else no drafter. Prompt lookup is accepted ~8% of the time and made the decoder 0.85x as fast;
-    the early-exit self-draft of an untrained Whisper layer ~4% (0.26x); the MTP heads see above.
+    which makes one-row passes ~1.3x faster but not verification passes), else no drafter.
+    Prompt lookup is accepted ~8% of the time and made the decoder 0.85x as fast; the early-exit
+    self-draft of an untrained Whisper layer ~4% (0.26x); the MTP heads see above.
     Windows decoded together in a batch (:func:`burble.asr.batching.decode_windows`) stay plain.
 
 All of them are lossless: greedy verification keeps exactly the tokens plain decoding would give.

@@ -95,7 +95,9 @@ class ScreenPolicy:
     window: float = 4.0
 
     @classmethod
-    def of(cls, table: Int8Table, *, exact: Sequence[int], ignored: Sequence[int], window: float = 4.0) -> "ScreenPolicy":
+    def of(
+        cls, table: Int8Table, *, exact: Sequence[int], ignored: Sequence[int], window: float = 4.0
+    ) -> "ScreenPolicy":
         """``exact``: tokens that must be exact; ``ignored``: tokens always masked (their values never matter)."""
         free = torch.ones(table.weight.shape[0], dtype=torch.bool)
         exact_index = torch.tensor(sorted(set(exact)), dtype=torch.long)
@@ -110,7 +112,8 @@ def error_bound(x: torch.Tensor, approx: torch.Tensor, table: Int8Table) -> torc
     x_bf16 = x.bfloat16().float()
     norm = x.norm(dim=1, keepdim=True)
     weight_term = torch.minimum(
-        table.half_scale[None] * x_bf16.abs().sum(dim=1, keepdim=True), table.residual_norm[None] * x_bf16.norm(dim=1, keepdim=True)
+        table.half_scale[None] * x_bf16.abs().sum(dim=1, keepdim=True),
+        table.residual_norm[None] * x_bf16.norm(dim=1, keepdim=True),
     )
     bound = torch.addcmul(weight_term, table.input_rounding[None], norm)
     bound.add_(approx.abs(), alpha=2 * BFLOAT16_ROUNDOFF)
