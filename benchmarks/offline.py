@@ -17,7 +17,8 @@ burble's process. ``--in-process`` restores the old way (all systems in this pro
 
 ``--baseline-ref REF`` adds a ``burble fp32 before (REF)`` row per subset, measured against a
 temporary worktree of REF, beside ``burble fp32 after (working tree)`` (and the same pair for
-``--speculative X``): one run gives a change's before/after rows. ``--limit N`` takes only the first N files (a quick check of the script).
+``--speculative X``): one run gives a change's before/after rows. ``--limit N`` takes only the
+first N files (a quick check of the script).
 """
 
 from __future__ import annotations

@@ -124,7 +124,7 @@ def screened_logits(x: torch.Tensor, table: Int8Table, policy: ScreenPolicy) -> 
     """``x (N, D) float32 -> (N, V) float32``: ``x @ table.weight.T``, exact where it can decide the argmax.
 
     Returns ``None`` when more than :data:`MAX_EXACT` entries would need recomputing (a flat
-    distribution, ~1 pass in 50 on real speech): the caller's full float32 product is cheaper then.
+    distribution: 14 of 1400 captured tiny.en rows on the dev speech): the caller's full float32 product is cheaper then.
 
     Args:
       x: the rows to project (CPU, float32).
