@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-sentences", type=int, default=15)
     parser.add_argument("--speculative-sentences", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--vocoder-dtype", default="auto",
+                        help="the vocoder's precision: auto (bfloat16 where the CPU has it natively), float32, bfloat16")
     parser.add_argument("--quick", action="store_true", help="6 sentences per set, tiny.en only, print only")
     parser.add_argument("--speculative-only", action="store_true",
                         help="only the speculative comparison (plain vs MTP on the first --speculative-sentences "
@@ -84,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         judges = judges[:1]
         args.lj, args.everyday = min(args.lj, args.speculative_sentences), min(args.everyday, args.speculative_sentences)
     asr = {name: burble.load_model(name) for name in judges}
-    voice = burble.tts.load(args.voice)
+    voice = burble.tts.load(args.voice, vocoder_dtype=args.vocoder_dtype)
+    vocoder_dtype = str(next(voice.codec.vocoder.parameters()).dtype).removeprefix("torch.")
     codec, books = voice.codec, voice.model.config.num_books
     plain = burble.tts.SynthesisOptions(temperature=args.temperature)
     speculative = voice.heads is not None
@@ -199,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"(speculative `auto`: {'MTP draft heads, ' + str(burble.tts.SynthesisOptions().draft_length) + ' drafted tokens per pass' if speculative else 'off, no heads'}). Piper: "
                 "`en_US-joe-medium`, noise 0 (the voice the LM learned from). WER: greedy burble Whisper on the 16 kHz "
                 "resampled audio against the sentence text (normalised). RTF: wall time of `synthesize` (codec LM, codec "
-                "decoder and HiFi-GAN vocoder) per second of audio; copy-synthesis: codec encode + decode. First audio: "
+                f"decoder and HiFi-GAN vocoder, the vocoder in {vocoder_dtype} (`--vocoder-dtype {args.vocoder_dtype}`)) "
+                "per second of audio; copy-synthesis: codec encode + decode. First audio: "
                 "`stream()` until its first chunk; streamed RTF: the whole `stream()` of the same sentences (codec LM, "
                 "streaming codec decoder, exact streaming vocoder in chunks of 8 frames).\n\n" + "\n\n".join(sections)
                 + ("\n\n" + spec_body if spec_body else ""))

@@ -30,7 +30,7 @@ from burble.codecs.mel import HOP, SAMPLE_RATE, StreamingLogMel, log_mel
 from burble.codecs.model import CodecConfig, MelCodec
 from burble.codecs.streaming import streaming
 from burble.codecs.vocoder import ExactStreamingVocoder, HiFiGAN, StreamingVocoder, load_vocoder, vocode
-from burble.precision import torch_dtype
+from burble.precision import native_bfloat16, torch_dtype
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 DEFAULT_CODEC = "mel-21hz"
@@ -60,7 +60,7 @@ def save_codec(model: MelCodec, path: Path, *, vocoder: str = "universal", defau
 
 
 def load(name: str = DEFAULT_CODEC, *, device: str | torch.device = "cpu", dtype: str | torch.dtype | None = None,
-         vocoder: Optional[str] = None) -> "Codec":
+         vocoder: Optional[str] = None, vocoder_dtype: str | torch.dtype | None = None) -> "Codec":
     """The shipped codec ``name`` (see ``available_codecs()``) or a ``.safetensors`` path.
 
     Args:
@@ -70,17 +70,25 @@ def load(name: str = DEFAULT_CODEC, *, device: str | torch.device = "cpu", dtype
         ``"bfloat16"``); the quantiser's nearest-code search stays float32.
       vocoder: the generator that turns decoded mels into audio (``burble.codecs.vocoder.
         available_vocoders()``); default: the one the codec ships with.
+      vocoder_dtype: the vocoder's precision, if not ``dtype``. ``"auto"``: bfloat16 for a float32
+        codec where the device has native bfloat16 (``burble.precision.native_bfloat16``), where
+        the vocoder, most of the decoding time, runs 2-2.5x faster at the same mel distance.
     """
-    return _load_on(name, str(torch.device(device)), torch_dtype(dtype), vocoder)
+    dtype = torch_dtype(dtype)
+    device = torch.device(device)
+    if vocoder_dtype == "auto":
+        native = dtype == torch.float32 and native_bfloat16(device)
+        vocoder_dtype = torch.bfloat16 if native else dtype
+    return _load_on(name, str(device), dtype, vocoder, dtype if vocoder_dtype is None else torch_dtype(vocoder_dtype))
 
 
 @functools.lru_cache(maxsize=4)
-def _load_on(name: str, device: str, dtype: torch.dtype, vocoder: Optional[str]) -> "Codec":
-    """One copy per (codec, device, dtype, vocoder): loading twice gives the same object."""
+def _load_on(name: str, device: str, dtype: torch.dtype, vocoder: Optional[str], vocoder_dtype: torch.dtype) -> "Codec":
+    """One copy per (codec, device, dtypes, vocoder): loading twice gives the same object."""
     codec = _load_on_cpu(name, vocoder)
-    if device == "cpu" and dtype == torch.float32:
+    if device == "cpu" and dtype == vocoder_dtype == torch.float32:
         return codec
-    return codec.to(device=device, dtype=dtype)
+    return codec.to(device=device, dtype=dtype, vocoder_dtype=vocoder_dtype)
 
 
 @functools.lru_cache(maxsize=4)
@@ -162,12 +170,14 @@ class Codec:
     def device(self) -> torch.device:
         return self.model.mel_mean.device
 
-    def to(self, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> "Codec":
-        """A copy on ``device`` with encoder, decoder and vocoder in ``dtype`` (the quantiser in float32)."""
+    def to(self, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+           vocoder_dtype: Optional[torch.dtype] = None) -> "Codec":
+        """A copy on ``device`` with encoder and decoder in ``dtype`` (the quantiser in float32)
+        and the vocoder in ``vocoder_dtype`` (default: ``dtype``)."""
         model = copy.deepcopy(self.model).to(device=device)
         model.encoder.to(dtype)
         model.decoder.to(dtype)
-        vocoder = copy.deepcopy(self.vocoder).to(device=device, dtype=dtype)
+        vocoder = copy.deepcopy(self.vocoder).to(device=device, dtype=vocoder_dtype or dtype)
         return Codec(name=self.name, model=model, vocoder=vocoder, default_books=self.default_books)
 
     def _check_streaming_device(self) -> None:

@@ -278,3 +278,16 @@ def test_codec_on_cuda_in_float16():
     assert codec.decode(codes).dtype == np.float32
     with pytest.raises(CodecInputError, match="runs on the CPU"):
         codec.stream_encoder(16000)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_vocoder_precision_is_bfloat16_only_where_native(monkeypatch, native):
+    import burble.codecs.codec as codec_module
+
+    monkeypatch.setattr(codec_module, "native_bfloat16", lambda device: native)
+    codec = codec_module.load(vocoder_dtype="auto")
+    expected = torch.bfloat16 if native else torch.float32
+    assert next(codec.vocoder.parameters()).dtype == expected
+    assert next(codec.model.decoder.parameters()).dtype == torch.float32  # only the vocoder changes
+    assert (codec is codec_module.load()) is (not native)  # float32 everywhere is the cached default
+    assert codec_module.load(vocoder_dtype="auto") is codec  # cached per precision

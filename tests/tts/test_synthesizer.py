@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 import burble.decoding.generate
 import burble.tts
@@ -26,17 +27,31 @@ def test_the_codec_lm_is_driven_by_the_one_decoding_loop(tiny_voice, monkeypatch
     assert result.audio.dtype == np.float32 and result.audio.size > 0
 
 
-def test_streamed_audio_equals_the_whole_utterance_for_the_same_seed(tiny_voice):
+@pytest.mark.parametrize("vocoder_dtype", ["float32", "bfloat16"])
+def test_streamed_audio_equals_the_whole_utterance_for_the_same_seed(tiny_voice_path, vocoder_dtype):
+    """float32: the same samples (to float32 rounding); bfloat16 (``"auto"`` on CPUs with native
+    bfloat16): the same up to bfloat16 rounding, which the streamed vocoder's shorter pieces flip
+    here and there (the difference measured -38 dB under this random voice's noise-like audio,
+    -55 dB under the shipped voice's speech)."""
+    voice = burble.tts.load(str(tiny_voice_path), vocoder_dtype=vocoder_dtype)
+    assert next(voice.codec.vocoder.parameters()).dtype == getattr(torch, vocoder_dtype)
     text = "Streaming speech, chunk by chunk. A second sentence follows."
-    whole = tiny_voice.synthesize(text, SynthesisOptions(seed=7)).audio
-    chunks = list(tiny_voice.stream(text, SynthesisOptions(seed=7)))
+    whole = voice.synthesize(text, SynthesisOptions(seed=7)).audio
+    chunks = list(voice.stream(text, SynthesisOptions(seed=7)))
     assert len(chunks) > 2  # it really came in pieces
     streamed = np.concatenate(chunks)
-    assert streamed.shape == whole.shape
-    assert np.abs(streamed - whole).max() < 1e-3
+    assert streamed.shape == whole.shape and streamed.dtype == np.float32
+    if vocoder_dtype == "float32":
+        assert np.abs(streamed - whole).max() < 1e-3
+    assert noise_db(streamed, whole) < -30
     # Negative control: another seed gives other audio, so the comparison can fail.
-    other = tiny_voice.synthesize(text, SynthesisOptions(seed=8)).audio
+    other = voice.synthesize(text, SynthesisOptions(seed=8)).audio
     assert other.shape != whole.shape or np.abs(other - whole).max() > 1e-2
+
+
+def noise_db(audio: np.ndarray, reference: np.ndarray) -> float:
+    """The energy of ``audio - reference`` relative to ``reference``'s, in dB."""
+    return float(10 * np.log10(np.sum((audio - reference) ** 2) / np.sum(reference**2) + 1e-30))
 
 
 def test_the_same_seed_gives_the_same_audio(tiny_voice):
@@ -102,7 +117,8 @@ def test_speculative_synthesis_drafts_streams_and_follows_the_seed(voice_with_he
     assert result.stats.drafted > 0 and result.stats.target_passes > 0
     assert np.array_equal(voice.synthesize(text, options).audio, result.audio)  # drafts are seeded too
     streamed = np.concatenate(list(voice.stream(text, options)))
-    assert streamed.shape == result.audio.shape and np.abs(streamed - result.audio).max() < 1e-3
+    assert streamed.shape == result.audio.shape
+    assert noise_db(streamed, result.audio) < -30  # the vocoder's rounding at most (see above)
     assert voice.synthesize(text, SynthesisOptions(seed=5)).stats.drafted > 0  # auto: heads are used when shipped
     assert voice.synthesize(text, SynthesisOptions(seed=5, speculative="off")).stats.drafted == 0
 
