@@ -110,7 +110,7 @@ def _lrelu(xs: list[torch.Tensor]) -> list[torch.Tensor]:
 
 @torch.no_grad()
 def least_squares_student(teacher: HiFiGAN, layout: VocoderLayout, mels: list[torch.Tensor],
-                          ridge: float = 1e-3, student_mels: list[torch.Tensor] | None = None) -> HiFiGAN:
+                          ridge: float = 1e-3) -> HiFiGAN:
     """``teacher`` in ``layout``, each causal layer fit by ridge regression, in order, so that on
     ``mels`` its output matches the teacher's activation there, given the student's own input
     (the layer makes up for the errors of the layers before it). A causal kernel cannot read the
@@ -121,17 +121,13 @@ def least_squares_student(teacher: HiFiGAN, layout: VocoderLayout, mels: list[to
         layout: the student's layout (its first ``causal_stages`` stages are fit, and ``conv_pre``).
         mels: log-mel clips ``(80, frames)`` the activations are taken from.
         ridge: Tikhonov weight, relative to the mean feature energy.
-        student_mels: what the student reads instead of ``mels`` (the same frames, e.g. the
-            codec's reconstructions of them), so that it learns to sound like the teacher
-            reading the true mels.
     """
     student = HiFiGAN(layout)
     student.load_state_dict(teacher.state_dict())
     n = len(RESBLOCK_KERNELS)
-    targets = [m[None] for m in mels]
-    inputs = targets if student_mels is None else [m[None, :, : t.shape[2]] for m, t in zip(student_mels, targets)]
-    _fit_conv(student.conv_pre, inputs, [teacher.conv_pre(x) for x in targets], ridge)
-    xs, xt = [student.conv_pre(x) for x in inputs], [teacher.conv_pre(x) for x in targets]
+    inputs = [m[None] for m in mels]
+    _fit_conv(student.conv_pre, inputs, [teacher.conv_pre(x) for x in inputs], ridge)
+    xs, xt = [student.conv_pre(x) for x in inputs], [teacher.conv_pre(x) for x in inputs]
     for stage in range(layout.causal_stages):
         up_s, up_t = student.ups[stage], teacher.ups[stage]
         xs, xt = _lrelu(xs), _lrelu(xt)
