@@ -25,7 +25,7 @@ from torch import nn
 
 from burble.codecs.mel import HOP, N_MELS, SAMPLE_RATE
 from burble.codecs.rvq import ResidualVQ
-from burble.codecs.streaming import CausalConv1d, StreamingGRU
+from burble.codecs.streaming import CausalConv1d, PointwiseConv1d, StreamingGRU
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class ResidualUnit(nn.Module):
     def __init__(self, channels: int, dilation: int) -> None:
         super().__init__()
         self.conv = CausalConv1d(channels, channels, 3, dilation=dilation)
-        self.mix = nn.Conv1d(channels, channels, 1)
+        self.mix = PointwiseConv1d(channels, channels)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[2] == 0:  # a streamed piece too short to reach this rate (1x1 convs refuse empty input)
@@ -92,7 +92,7 @@ class Encoder(nn.Module):
             layers += [nn.GELU(), CausalConv1d(ch[i], ch[i + 1], 4, stride=2), _stage(ch[i + 1])]
         self.convs = nn.Sequential(*layers)
         self.gru = StreamingGRU(ch[-1])
-        self.out = nn.Conv1d(ch[-1], config.latent_dim, 1)
+        self.out = PointwiseConv1d(ch[-1], config.latent_dim)
 
     def forward(self, mel: torch.Tensor) -> torch.Tensor:
         x = self.convs(mel)
@@ -105,7 +105,7 @@ class Decoder(nn.Module):
     def __init__(self, config: CodecConfig) -> None:
         super().__init__()
         ch = config.channels
-        self.inp = nn.Conv1d(config.latent_dim, ch[-1], 1)
+        self.inp = PointwiseConv1d(config.latent_dim, ch[-1])
         self.gru = StreamingGRU(ch[-1])
         units = config.decoder_units
         layers: list[nn.Module] = [_stage(ch[-1], units)]

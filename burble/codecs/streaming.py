@@ -17,6 +17,40 @@ import torch.nn.functional as F
 from torch import nn
 
 
+FEW_OUTPUTS = 16  # a convolution with at most this many outputs runs as one matrix product
+
+
+def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], *, stride: int = 1,
+           dilation: int = 1) -> torch.Tensor:
+    """``F.conv1d`` without padding, fast for the few outputs of a streamed piece.
+
+    A convolution call costs 0.1-0.5 ms on one thread however short its input (oneDNN's fixed
+    cost; a dilated float32 one goes to ATen's ``slow_conv_dilated2d``), so a streamed code frame,
+    a few outputs per layer, paid mostly that. For up to ``FEW_OUTPUTS`` outputs the taps are
+    gathered into ``(outputs, in_channels * kernel)`` rows and multiplied by the weight as one
+    ``F.linear``: 2-7x faster at those sizes (a 256-channel, kernel-3, dilation-3 layer over 8
+    outputs: 462 -> 66 us in float32), the same result up to float rounding.
+    """
+    span = dilation * (weight.shape[2] - 1) + 1
+    count = (x.shape[2] - span) // stride + 1
+    if not 0 < count <= FEW_OUTPUTS:
+        return F.conv1d(x, weight, bias, stride=stride, dilation=dilation)
+    taps = x.transpose(1, 2).unfold(1, span, stride)[..., ::dilation]  # (batch, count, in, kernel)
+    rows = taps.reshape(x.shape[0], count, -1)
+    return F.linear(rows, weight.reshape(weight.shape[0], -1), bias).transpose(1, 2)
+
+
+class PointwiseConv1d(nn.Conv1d):
+    """A kernel-1 ``nn.Conv1d`` (same weights and state dict) that takes the fast path of
+    :func:`conv1d` on the few frames of a streamed piece."""
+
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__(in_channels, out_channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return conv1d(x, self.weight, self.bias)
+
+
 class StreamingLayer(nn.Module):
     """A layer whose state is cleared on entering and leaving ``streaming``."""
 
@@ -70,7 +104,8 @@ class CausalConv1d(StreamingLayer):
         self._buffer = x[:, :, count * self.stride:]
         if count == 0:
             return x.new_zeros(x.shape[0], self.conv.out_channels, 0)
-        return self.conv(x[:, :, : (count - 1) * self.stride + self.span])
+        return conv1d(x[:, :, : (count - 1) * self.stride + self.span], self.conv.weight, self.conv.bias,
+                      stride=self.stride, dilation=self.conv.dilation[0])
 
 
 class StreamingGRU(StreamingLayer):

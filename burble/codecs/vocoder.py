@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from burble.codecs.mel import HOP, N_MELS
+from burble.codecs.streaming import conv1d
 
 LEAKY_SLOPE = 0.1
 UPSAMPLE_RATES = (8, 8, 2, 2)
@@ -339,7 +340,7 @@ class _Conv:
             self.history = h
             return x.new_zeros(x.shape[0], self.conv.out_channels, 0)
         self.history = h[:, :, count:]
-        return F.conv1d(h, self.conv.weight, self.conv.bias, dilation=self.conv.dilation)
+        return conv1d(h, self.conv.weight, self.conv.bias, dilation=self.conv.dilation[0])
 
 
 class _ConvTranspose:

@@ -13,9 +13,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from burble.codecs.streaming import CausalConv1d, StreamingGRU, streaming
+import burble.codecs.streaming as streaming_module
+from burble.codecs.streaming import FEW_OUTPUTS, CausalConv1d, StreamingGRU, conv1d, streaming
 from codec_helpers import random_pieces
 
 
@@ -100,3 +102,30 @@ def test_streaming_state_starts_empty_in_every_block():
     assert not model[0].streaming_active and model[0]._buffer is None and model[1]._hidden is None
     with torch.no_grad():
         assert (model(x) - first).abs().max() <= 1e-6  # and whole-sequence mode works as before
+
+
+@pytest.mark.parametrize(("kernel", "stride", "dilation"), [(3, 1, 1), (3, 1, 9), (4, 2, 1), (7, 1, 1), (1, 1, 1)])
+@pytest.mark.parametrize("outputs", [1, 5, FEW_OUTPUTS, FEW_OUTPUTS + 9])
+def test_conv1d_equals_torch_for_few_and_many_outputs(kernel, stride, dilation, outputs):
+    torch.manual_seed(0)
+    weight, bias = torch.randn(6, 5, kernel), torch.randn(6)
+    x = torch.randn(2, 5, (outputs - 1) * stride + dilation * (kernel - 1) + 1)
+    expected = F.conv1d(x, weight, bias, stride=stride, dilation=dilation)
+    got = conv1d(x, weight, bias, stride=stride, dilation=dilation)
+    assert got.shape == expected.shape == (2, 6, outputs)
+    assert torch.allclose(got, expected, atol=1e-5)
+    # Negative control: the taps in the other order (kernel-major) are another convolution.
+    if kernel > 1 and outputs <= FEW_OUTPUTS:
+        taps = x.transpose(1, 2).unfold(1, dilation * (kernel - 1) + 1, stride)[..., ::dilation]
+        wrong = F.linear(taps.transpose(2, 3).reshape(2, outputs, -1), weight.reshape(6, -1), bias).transpose(1, 2)
+        assert not torch.allclose(wrong, expected, atol=1e-3)
+
+
+def test_conv1d_takes_one_matrix_product_for_few_outputs(monkeypatch):
+    calls, real = [], F.conv1d
+    monkeypatch.setattr(streaming_module.F, "conv1d", lambda *a, **k: calls.append(1) or real(*a, **k))
+    weight = torch.randn(4, 4, 3)
+    conv1d(torch.randn(1, 4, FEW_OUTPUTS + 2), weight, None)
+    assert calls == []
+    conv1d(torch.randn(1, 4, FEW_OUTPUTS + 3), weight, None)
+    assert calls == [1]
