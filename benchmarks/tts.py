@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lj", type=int, default=100, help="LJ held-out sentences")
     parser.add_argument("--everyday", type=int, default=55, help="everyday sentences")
     parser.add_argument("--judges", default="tiny.en,base")
-    parser.add_argument("--temperature", type=float, default=0.5)
+    parser.add_argument("--temperature", type=float, default=None, help="default: the voice's (SynthesisOptions)")
     parser.add_argument("--latency-sentences", type=int, default=15)
     parser.add_argument("--speculative-sentences", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     from burble.audio.resample import resample
     from burble.metrics.wer import corpus_word_errors
     from burble.testing.synthetic import piper_speech
+
+    if args.temperature is None:
+        args.temperature = burble.tts.SynthesisOptions().temperature
 
     torch.set_num_threads(args.threads)
     machine = machine_description()

@@ -42,7 +42,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--raw", action="store_true",
                         help="write raw s16le mono PCM at 22.05 kHz to stdout (progress goes to stderr)")
     parser.add_argument("--voice", default=None, help="a shipped voice name or a voice .safetensors path (default: joe)")
-    parser.add_argument("--temperature", type=float, default=0.5, help="sampling temperature (0: greedy, flat)")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="sampling temperature (default 0: greedy, the most intelligible; e.g. 0.5 for varied speech)")
     parser.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
     parser.add_argument("--seed", type=int, default=None, help="random seed, for the same audio on every run")
     parser.add_argument("--speculative", choices=("auto", "off", "mtp"), default="auto",
@@ -96,7 +97,8 @@ def _run(args: argparse.Namespace) -> int:
     from burble.tts.pipeline import PcmSink, SpeakerSink, TTSStage, WavSink, run_synthesis
 
     try:
-        options = burble.tts.SynthesisOptions(temperature=args.temperature, top_k=args.top_k, seed=args.seed,
+        temperature = burble.tts.synthesizer.DEFAULT_TEMPERATURE if args.temperature is None else args.temperature
+        options = burble.tts.SynthesisOptions(temperature=temperature, top_k=args.top_k, seed=args.seed,
                                               speculative=args.speculative)
         synthesizer = burble.tts.load(args.voice or burble.tts.synthesizer.DEFAULT_VOICE)
         if options.speculative == "mtp" and synthesizer.heads is None:

@@ -44,6 +44,11 @@ VOCODER_THREADS = 1     # ... and of its vocoding (calling) thread: one core eac
 _SENTENCE_END = object()  # stream(): a sentence's frames are all out
 MAX_CHARS = 400         # longer sentences are cut at a clause or word break
 DRAFT_SEED_OFFSET = 1_000_003  # the MTP drafts' random stream: seed + this (apart from the verifier's)
+# Greedy by default. The voice learned from Piper at noise 0, which is deterministic, and its most
+# likely codes are clearer than sampled ones: tiny.en WER on 100 held-out LJ sentences 13.4% at
+# T=0, 14.3% at 0.15, 14.6% at 0.3, 15.6% at 0.5 (codec copy-synthesis of Piper: 14.5%), with
+# pitch no flatter (F0 spread 1.6 semitones at T=0, 1.5 at 0.5, Piper 2.2) and no failures.
+DEFAULT_TEMPERATURE = 0.0
 
 
 @dataclass(frozen=True)
@@ -51,17 +56,19 @@ class SynthesisOptions:
     """How to sample speech.
 
     Attributes:
-      temperature: sampling temperature of the codec LM (0: greedy, flat and robotic).
+      temperature: sampling temperature of the codec LM (0, the default: greedy, the most
+        intelligible, the same audio for a text every time; above 0: varied speech, see
+        ``DEFAULT_TEMPERATURE``).
       top_k: sample among the k most likely tokens (0: all).
       top_p: nucleus mass (1.0: off).
-      seed: random seed (``None``: a fresh one each call); sentence ``i`` uses ``seed + i``.
+      seed: random seed when sampling (``None``: a fresh one each call); sentence ``i`` uses ``seed + i``.
       speculative: ``"mtp"``: speculative sampling with the voice's MTP draft heads (exact: the
         same distribution of speech in fewer decoder passes); ``"off"``: one token per pass;
         ``"auto"``: ``"mtp"`` when the voice ships draft heads.
       draft_length: tokens drafted per pass when speculative.
     """
 
-    temperature: float = 0.5
+    temperature: float = DEFAULT_TEMPERATURE
     top_k: int = 0
     top_p: float = 1.0
     seed: Optional[int] = None
@@ -312,7 +319,7 @@ def load(name: str = DEFAULT_VOICE, *, vocoder_dtype: str = "auto") -> Synthesiz
     Args:
       name: voice name or path.
       vocoder_dtype: the vocoder's precision (``burble.codecs.load``): ``"auto"`` is bfloat16 where
-        the CPU has it natively (synthesis RTF 0.60 -> 0.4 on 2 AMD EPYC cores), else float32.
+        the CPU has it natively (synthesis RTF 0.60 -> 0.42 on 2 AMD EPYC cores), else float32.
     """
     return _load(name, vocoder_dtype)
 

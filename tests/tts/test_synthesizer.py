@@ -36,8 +36,8 @@ def test_streamed_audio_equals_the_whole_utterance_for_the_same_seed(tiny_voice_
     voice = burble.tts.load(str(tiny_voice_path), vocoder_dtype=vocoder_dtype)
     assert next(voice.codec.vocoder.parameters()).dtype == getattr(torch, vocoder_dtype)
     text = "Streaming speech, chunk by chunk. A second sentence follows."
-    whole = voice.synthesize(text, SynthesisOptions(seed=7)).audio
-    chunks = list(voice.stream(text, SynthesisOptions(seed=7)))
+    whole = voice.synthesize(text, SynthesisOptions(temperature=0.5, seed=7)).audio
+    chunks = list(voice.stream(text, SynthesisOptions(temperature=0.5, seed=7)))
     assert len(chunks) > 2  # it really came in pieces
     streamed = np.concatenate(chunks)
     assert streamed.shape == whole.shape and streamed.dtype == np.float32
@@ -45,7 +45,7 @@ def test_streamed_audio_equals_the_whole_utterance_for_the_same_seed(tiny_voice_
         assert np.abs(streamed - whole).max() < 1e-3
     assert noise_db(streamed, whole) < -30
     # Negative control: another seed gives other audio, so the comparison can fail.
-    other = voice.synthesize(text, SynthesisOptions(seed=8)).audio
+    other = voice.synthesize(text, SynthesisOptions(temperature=0.5, seed=8)).audio
     assert other.shape != whole.shape or np.abs(other - whole).max() > 1e-2
 
 
@@ -55,9 +55,19 @@ def noise_db(audio: np.ndarray, reference: np.ndarray) -> float:
 
 
 def test_the_same_seed_gives_the_same_audio(tiny_voice):
-    a = tiny_voice.synthesize("Same seed.", SynthesisOptions(seed=3)).audio
-    b = tiny_voice.synthesize("Same seed.", SynthesisOptions(seed=3)).audio
+    a = tiny_voice.synthesize("Same seed.", SynthesisOptions(temperature=0.5, seed=3)).audio
+    b = tiny_voice.synthesize("Same seed.", SynthesisOptions(temperature=0.5, seed=3)).audio
     assert np.array_equal(a, b)
+
+
+def test_the_default_is_greedy_whatever_the_seed(tiny_voice):
+    text = "Greedy speech."
+    greedy = tiny_voice.synthesize(text, SynthesisOptions(temperature=0.0, seed=1)).audio
+    for seed in (None, 2):
+        assert np.array_equal(tiny_voice.synthesize(text, SynthesisOptions(seed=seed)).audio, greedy)
+    # Negative control: sampling with two seeds gives two different utterances.
+    a, b = (tiny_voice.synthesize(text, SynthesisOptions(temperature=0.5, seed=s)).audio for s in (1, 2))
+    assert a.shape != b.shape or not np.array_equal(a, b)
 
 
 @pytest.mark.parametrize("text", ["", "   \n", "。。。 ！", "!!!"])
@@ -112,7 +122,7 @@ def test_speculative_synthesis_drafts_streams_and_follows_the_seed(voice_with_he
     voice = voice_with_heads
     assert voice.heads is not None
     text = "Speculative speech. Twice."
-    options = SynthesisOptions(seed=5, speculative="mtp", draft_length=3)
+    options = SynthesisOptions(temperature=0.5, seed=5, speculative="mtp", draft_length=3)
     result = voice.synthesize(text, options)
     assert result.stats.drafted > 0 and result.stats.target_passes > 0
     assert np.array_equal(voice.synthesize(text, options).audio, result.audio)  # drafts are seeded too

@@ -55,10 +55,11 @@ class SpeakRequest:
         self.encoding = message.get("encoding", "pcm_s16le")
         if self.encoding not in TTS_ENCODINGS:
             raise ProtocolError("bad_field", f'"encoding" must be one of {", ".join(TTS_ENCODINGS)}')
-        temperature = message.get("temperature", 0.5)
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
+        temperature = message.get("temperature")  # None: the voice's default (greedy)
+        if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+                                        or not 0 <= temperature <= 2):
             raise ProtocolError("bad_field", '"temperature" must be a number in [0, 2]')
-        self.temperature = float(temperature)
+        self.temperature: Optional[float] = None if temperature is None else float(temperature)
         seed = message.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31):
             raise ProtocolError("bad_field", '"seed" must be an integer in [0, 2^31)')
@@ -135,7 +136,7 @@ class TtsSession:
     async def _speak(self, request: SpeakRequest) -> None:
         from burble.tts.normalize import TTSInputError
         from burble.tts.pipeline import TTSStage
-        from burble.tts.synthesizer import SynthesisOptions
+        from burble.tts.synthesizer import DEFAULT_TEMPERATURE, SynthesisOptions
 
         if len(request.text) > MAX_TEXT_CHARS:
             await self._bad_text(f"the text is {len(request.text)} characters; at most {MAX_TEXT_CHARS} per message")
@@ -145,7 +146,8 @@ class TtsSession:
         except TTSInputError as error:  # no voice installed
             await self._bad_text(f"speech synthesis is not available on this server: {error}")
             return
-        stage = TTSStage(synthesizer, SynthesisOptions(temperature=request.temperature, seed=request.seed))
+        temperature = DEFAULT_TEMPERATURE if request.temperature is None else request.temperature
+        stage = TTSStage(synthesizer, SynthesisOptions(temperature=temperature, seed=request.seed))
         started = time.monotonic()
         # Sent before the first chunk (a bad text raises before any): an error replaces it.
         audio_start = dumps({"type": "audio_start", "sample_rate": synthesizer.sample_rate,
