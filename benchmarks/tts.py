@@ -191,8 +191,10 @@ def main(argv: list[str] | None = None) -> int:
                                        "acceptance by position", "decoder speedup", "synthesis speedup",
                                        f"WER {judges[0]} plain / mtp"], spec_rows)
                      + "\n\nDecoder speedup: wall time of the codec LM's generation (drafting included), plain / mtp; "
-                     "synthesis speedup: the whole `synthesize` (codec and vocoder included). The two columns of WER "
-                     "sample the same distribution with different random draws.")
+                     "synthesis speedup: the whole `synthesize` (codec and vocoder included). "
+                     + ("At temperature 0 both decode the same greedy tokens, so the two WER columns are equal."
+                        if args.temperature == 0 else
+                        "The two columns of WER sample the same distribution with different random draws."))
     if args.speculative_only:
         title = "TTS: speculative sampling with MTP draft heads"
         body = (f"Voice `{args.voice}`, temperature {args.temperature}, {args.threads} torch threads, "
