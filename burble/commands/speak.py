@@ -42,10 +42,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--raw", action="store_true",
                         help="write raw s16le mono PCM at 22.05 kHz to stdout (progress goes to stderr)")
     parser.add_argument("--voice", default=None, help="a shipped voice name or a voice .safetensors path (default: joe)")
-    parser.add_argument("--temperature", type=float, default=None,
+    parser.add_argument("--temperature", type=float, default=argparse.SUPPRESS,  # the voice's default: greedy
                         help="sampling temperature (default 0: greedy, the most intelligible; e.g. 0.5 for varied speech)")
     parser.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
-    parser.add_argument("--seed", type=int, default=None, help="random seed, for the same audio on every run")
+    parser.add_argument("--seed", type=int, default=None, help="random seed when sampling (--temperature > 0), for the same audio on every run")
     parser.add_argument("--speculative", choices=("auto", "off", "mtp"), default="auto",
                         help="mtp: speculative sampling with the voice's MTP draft heads (exact: the same distribution "
                              "of speech in fewer decoder passes); auto: mtp when the voice ships heads")
@@ -97,7 +97,7 @@ def _run(args: argparse.Namespace) -> int:
     from burble.tts.pipeline import PcmSink, SpeakerSink, TTSStage, WavSink, run_synthesis
 
     try:
-        temperature = burble.tts.synthesizer.DEFAULT_TEMPERATURE if args.temperature is None else args.temperature
+        temperature = getattr(args, "temperature", burble.tts.synthesizer.DEFAULT_TEMPERATURE)
         options = burble.tts.SynthesisOptions(temperature=temperature, top_k=args.top_k, seed=args.seed,
                                               speculative=args.speculative)
         synthesizer = burble.tts.load(args.voice or burble.tts.synthesizer.DEFAULT_VOICE)
