@@ -28,7 +28,7 @@ def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], 
     cost; a dilated float32 one goes to ATen's ``slow_conv_dilated2d``), so a streamed code frame,
     a few outputs per layer, paid mostly that. For up to ``FEW_OUTPUTS`` outputs the taps are
     gathered into ``(outputs, in_channels * kernel)`` rows and multiplied by the weight as one
-    ``F.linear``: 2-7x faster at those sizes (a 256-channel, kernel-3, dilation-3 layer over 8
+    ``F.linear``: 1.5-7x faster at those sizes (a 256-channel, kernel-3, dilation-3 layer over 8
     outputs: 462 -> 66 us in float32), the same result up to float rounding.
     """
     span = dilation * (weight.shape[2] - 1) + 1

@@ -243,18 +243,16 @@ def load_vocoder(name: str = "universal") -> HiFiGAN:
 
 
 @torch.inference_mode()
-def vocode(vocoder: HiFiGAN, mel: torch.Tensor, *, bf16: bool = False) -> torch.Tensor:
-    """Audio ``(frames * 256,)`` for log-mel frames ``(80, frames)``.
+def vocode(vocoder: HiFiGAN, mel: torch.Tensor) -> torch.Tensor:
+    """Audio ``(frames * 256,)`` (float32) for log-mel frames ``(80, frames)``.
 
-    The generator runs in its own dtype (``Codec.to``); ``bf16`` runs a float32 one's
-    convolutions in bfloat16 (CPU autocast). bfloat16 is 2-2.5x faster where the CPU has it
-    natively (``burble.precision.native_bfloat16``); the waveform is another one (SNR ~5 dB
-    against float32: the phase drifts) but its spectrum is not (log-mel distance to the input
-    0.225 against 0.223 on a dev clip).
+    The generator runs in its own device and dtype (``Codec.to``). bfloat16 is 2-2.5x faster
+    where the CPU has it natively (``burble.precision.native_bfloat16``); its waveform is another
+    one (SNR ~5 dB against float32: the phase drifts) but its spectrum is not (log-mel distance
+    to the input 0.225 against 0.223 on a dev clip).
     """
-    weight = vocoder.conv_pre.weight  # the generator's device and dtype (``Codec.to``)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        return vocoder(mel[None].to(device=weight.device, dtype=weight.dtype))[0].float().cpu()
+    weight = vocoder.conv_pre.weight
+    return vocoder(mel[None].to(device=weight.device, dtype=weight.dtype))[0].float().cpu()
 
 
 class StreamingVocoder:
