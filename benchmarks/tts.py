@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     import burble.tts
     from burble.audio.resample import resample
     from burble.metrics.wer import corpus_word_errors
+    from burble.precision import dtype_name
     from burble.testing.synthetic import piper_speech
 
     if args.temperature is None:
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         args.lj, args.everyday = min(args.lj, args.speculative_sentences), min(args.everyday, args.speculative_sentences)
     asr = {name: burble.load_model(name) for name in judges}
     voice = burble.tts.load(args.voice, vocoder_dtype=args.vocoder_dtype)
-    vocoder_dtype = str(next(voice.codec.vocoder.parameters()).dtype).removeprefix("torch.")
+    vocoder_dtype = dtype_name(next(voice.codec.vocoder.parameters()).dtype)
     codec, books = voice.codec, voice.model.config.num_books
     plain = burble.tts.SynthesisOptions(temperature=args.temperature)
     speculative = voice.heads is not None
