@@ -8,7 +8,9 @@ sentences, never trained on), one run, side by side:
 * **copy-synthesis**: Piper's audio through the codec at the LM's book count, the ceiling of
   any LM over these codes;
 * **burble TTS**: the codec LM sampled by the shared decoding core (``--temperature``), one seed
-  per sentence;
+  per sentence, each frame decoded from its expected code vector (the default);
+* **burble TTS, token codes** (``--no-token-codes-row`` drops it): the same sampling, the codes
+  themselves decoded (``SynthesisOptions(expected_codes=False)``), for the side-by-side effect;
 * **burble TTS, speculative** (when the voice ships draft heads): the same sampling with MTP
   drafts, the same seeds, on the first ``--speculative-sentences`` sentences, beside plain
   sampling of the same sentences (decoder speedup, acceptance).
@@ -29,6 +31,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -62,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--vocoder-dtype", default="auto",
                         help="the vocoder's precision: auto (bfloat16 where the CPU has it natively), float32, bfloat16")
+    parser.add_argument("--no-token-codes-row", dest="token_codes_row", action="store_false",
+                        help="leave out the row that decodes the sampled codes themselves")
     parser.add_argument("--quick", action="store_true", help="6 sentences per set, tiny.en only, print only")
     parser.add_argument("--speculative-only", action="store_true",
                         help="only the speculative comparison (plain vs MTP on the first --speculative-sentences "
@@ -122,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     spec_rows = []
     for set_name, sentences in test_sentences(args.lj, args.everyday).items():
         systems = ["Piper (reference)", f"copy-synthesis ({books} books)", f"burble TTS (T={args.temperature})"]
+        if args.token_codes_row:
+            systems.append(f"burble TTS (T={args.temperature}), token codes")
         acc = {s: {"hyp": {j: [] for j in judges}, "seconds": 0.0, "wall": 0.0, "ratio": [], "failed": 0} for s in systems}
         first_audio: list[float] = []
         stream_wall = [0.0, 0.0]  # wall seconds, audio seconds of the streamed sentences
@@ -140,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
             options = burble.tts.SynthesisOptions(temperature=args.temperature, seed=1000 + n)
             result = voice.synthesize(text, options)
             outputs = {systems[0]: (reference, 0.0), systems[1]: (copy, copy_wall), systems[2]: (result.audio, result.seconds)}
+            if args.token_codes_row:
+                tokens = voice.synthesize(text, dataclasses.replace(options, expected_codes=False))
+                outputs[systems[3]] = (tokens.audio, tokens.seconds)
+                acc[systems[3]]["failed"] += sum(s.failed for s in tokens.sentences)
             for system, (audio, wall) in outputs.items():
                 a = acc[system]
                 seconds = audio.size / voice.sample_rate
@@ -174,11 +185,12 @@ def main(argv: list[str] | None = None) -> int:
             a = acc[system]
             wers = [f"{100 * corpus_word_errors(a['hyp'][j]).rate:.1f}%" for j in judges]
             is_tts = system.startswith("burble")
+            streamed = system == systems[2]  # stream() runs with the default options only
             rows.append([system, *wers, f"{statistics.mean(a['ratio']):.2f}",
                          f"{100 * a['failed'] / len(sentences):.1f}%" if is_tts else "-",
                          f"{a['wall'] / a['seconds']:.2f}" if a["wall"] else "-",
-                         f"{stream_wall[0] / stream_wall[1]:.2f}" if is_tts and stream_wall[1] else "-",
-                         f"{1000 * statistics.median(first_audio):.0f} / {1000 * max(first_audio):.0f}" if is_tts and first_audio else "-"])
+                         f"{stream_wall[0] / stream_wall[1]:.2f}" if streamed and stream_wall[1] else "-",
+                         f"{1000 * statistics.median(first_audio):.0f} / {1000 * max(first_audio):.0f}" if streamed and first_audio else "-"])
         header = ["system", *[f"WER {j}" for j in judges], "duration / Piper", "failed", "RTF", "streamed RTF",
                   "first audio ms (median / max)"]
         seconds = acc[systems[0]]["seconds"]
@@ -198,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                         "The two columns of WER sample the same distribution with different random draws."))
     if args.speculative_only:
         title = "TTS: speculative sampling with MTP draft heads"
-        body = (f"Voice `{args.voice}`, temperature {args.temperature}, {args.threads} torch threads, "
+        body = (f"Voice `{args.voice}`, temperature {args.temperature}, {args.threads} torch threads (the codec LM "
+                "samples on one, as in `stream()`; the codec and vocoder use them all), "
                 f"draft length {burble.tts.SynthesisOptions().draft_length}; `--speculative-only`: plain and MTP "
                 "sampling of the same sentences with the same seeds, nothing else.\n\n" + spec_body)
     else:
@@ -209,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
                 "`en_US-joe-medium`, noise 0 (the voice the LM learned from). WER: greedy burble Whisper on the 16 kHz "
                 "resampled audio against the sentence text (normalised). RTF: wall time of `synthesize` (codec LM, codec "
                 f"decoder and HiFi-GAN vocoder, the vocoder in {vocoder_dtype} (`--vocoder-dtype {args.vocoder_dtype}`)) "
-                "per second of audio; copy-synthesis: codec encode + decode. First audio: "
+                "per second of audio; copy-synthesis: codec encode + decode. burble TTS decodes each frame from its "
+                "expected code vector under the LM's distribution (`expected_codes`, the default); the token-codes row "
+                "decodes the sampled codes themselves (at T=0 the same tokens). First audio: "
                 "`stream()` until its first chunk; streamed RTF: the whole `stream()` of the same sentences (codec LM, "
                 "streaming codec decoder, exact streaming vocoder in chunks of 8 frames).\n\n" + "\n\n".join(sections)
                 + ("\n\n" + spec_body if spec_body else ""))

@@ -205,11 +205,17 @@ class Codec:
         return self.model.decode(torch.from_numpy(codes)[None].to(self.device))[0]
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
-        """22.05 kHz float32 audio for codes ``(books, frames)`` (any 1..num_books leading books)."""
+        """22.05 kHz float32 audio for codes ``(books, frames)`` (any 1..num_books leading books), or
+        for distributions over codes ``(books, frames, codebook_size)`` (float, each row summing to 1):
+        each frame is then decoded from its expected code vector, the mean of each book's codebook
+        under its distribution (a codec LM's posterior mean; a one-hot row is its code)."""
         return vocode(self.vocoder, self.decode_mel(codes)).numpy()
 
     def check_codes(self, codes: np.ndarray) -> np.ndarray:
+        """Valid codes as ``int64``, or valid distributions over codes as ``float32``."""
         codes = np.asarray(codes)
+        if codes.ndim == 3 and np.issubdtype(codes.dtype, np.floating):
+            return self._check_distributions(codes)
         if codes.ndim != 2 or codes.shape[1] == 0:
             raise CodecInputError(f"codes must be a (books, frames) array with frames > 0, got shape {codes.shape}")
         if not np.issubdtype(codes.dtype, np.integer):
@@ -219,6 +225,19 @@ class Codec:
             raise CodecInputError(f"codes must lie in 0..{self.config.codebook_size - 1}, "
                                   f"got {codes.min()}..{codes.max()}")
         return codes.astype(np.int64)
+
+    def _check_distributions(self, distributions: np.ndarray) -> np.ndarray:
+        books, frames, size = distributions.shape
+        if frames == 0 or size != self.config.codebook_size:
+            raise CodecInputError(f"distributions over codes must be a (books, frames, {self.config.codebook_size}) "
+                                  f"array with frames > 0, got shape {distributions.shape}")
+        self.check_books(books)
+        if not np.all(np.isfinite(distributions)) or distributions.min() < 0:
+            raise CodecInputError("distributions over codes must be finite and non-negative")
+        sums = distributions.sum(axis=-1, dtype=np.float64)
+        if np.abs(sums - 1).max() > 1e-3:
+            raise CodecInputError(f"each distribution over codes must sum to 1, got sums {sums.min():.4f}..{sums.max():.4f}")
+        return distributions.astype(np.float32)
 
     def stream_encoder(self, sample_rate: int, books: Optional[int] = None) -> "StreamingEncoder":
         self._check_streaming_device()
@@ -294,12 +313,15 @@ class StreamingDecoder:
 
     @torch.inference_mode()
     def push(self, codes: np.ndarray) -> np.ndarray:
+        """Audio for the next code frames: codes ``(books, n)`` or distributions over codes
+        ``(books, n, codebook_size)``, as ``Codec.decode`` takes them."""
         codes = np.asarray(codes)
-        if codes.ndim == 2 and codes.shape[1] == 0:
+        if codes.ndim in (2, 3) and codes.shape[1] == 0:
             return np.zeros(0, dtype=np.float32)
-        codes = self.codec.check_codes(codes)
+        codes = torch.from_numpy(self.codec.check_codes(codes)).transpose(0, 1)  # (frames, books[, size])
         model = self.codec.model
-        latent = model.quantizer.decode(torch.from_numpy(codes).t()).t()[None]
+        vectors = model.quantizer.expected(codes) if codes.is_floating_point() else model.quantizer.decode(codes)
+        latent = vectors.t()[None]
         mel = self._decoder(latent)[0] * model.mel_std + model.mel_mean
         return self._vocoder.push(mel).numpy()
 

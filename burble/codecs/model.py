@@ -165,9 +165,14 @@ class MelCodec(nn.Module):
 
     @torch.inference_mode()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
-        """Mel ``(batch, 80, frames * hop)`` for codes ``(batch, books, frames)`` (1..num_books books)."""
-        batch, books, frames = codes.shape
-        vectors = self.quantizer.decode(codes.transpose(1, 2).reshape(-1, books))
+        """Mel ``(batch, 80, frames * hop)`` for codes ``(batch, books, frames)`` (1..num_books books),
+        or for distributions over codes ``(batch, books, frames, codebook_size)`` (float): then each
+        frame is decoded from its expected vector (``ResidualVQ.expected``)."""
+        batch, books, frames = codes.shape[:3]
+        if codes.is_floating_point():
+            vectors = self.quantizer.expected(codes.transpose(1, 2).reshape(batch * frames, books, -1))
+        else:
+            vectors = self.quantizer.decode(codes.transpose(1, 2).reshape(-1, books))
         latent = vectors.reshape(batch, frames, -1).transpose(1, 2)
         dtype = next(self.decoder.parameters()).dtype
         return self.decoder(latent.to(dtype)).float() * self.mel_std + self.mel_mean

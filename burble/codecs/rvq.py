@@ -83,6 +83,15 @@ class ResidualVQ(nn.Module):
             out = out + self.embed[book][codes[:, book]]
         return out
 
+    def expected(self, distributions: torch.Tensor) -> torch.Tensor:
+        """The expected vectors ``(rows, dim)`` for distributions over codes ``(rows, books, codebook_size)``:
+        each book's codebook averaged under its distribution, summed over the (leading) books. A
+        one-hot distribution gives ``decode`` of its code."""
+        out = torch.zeros(distributions.shape[0], self.dim, device=distributions.device, dtype=self.embed.dtype)
+        for book in range(distributions.shape[1]):
+            out = out + distributions[:, book].to(self.embed.dtype) @ self.embed[book]
+        return out
+
     @staticmethod
     def _nearest(x: torch.Tensor, codebook: torch.Tensor) -> torch.Tensor:
         distance = x.pow(2).sum(1, keepdim=True) - 2 * x @ codebook.t() + codebook.pow(2).sum(1)[None]

@@ -49,6 +49,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--speculative", choices=("auto", "off", "mtp"), default="auto",
                         help="mtp: speculative sampling with the voice's MTP draft heads (exact: the same distribution "
                              "of speech in fewer decoder passes); auto: mtp when the voice ships heads")
+    parser.add_argument("--token-codes", action="store_true",
+                        help="decode the sampled codec codes themselves; by default each frame is decoded from its "
+                             "expected code vector under the codec LM's distribution (clearer speech)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
 
 
@@ -99,7 +102,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         temperature = getattr(args, "temperature", burble.tts.synthesizer.DEFAULT_TEMPERATURE)
         options = burble.tts.SynthesisOptions(temperature=temperature, top_k=args.top_k, seed=args.seed,
-                                              speculative=args.speculative)
+                                              speculative=args.speculative, expected_codes=not args.token_codes)
         synthesizer = burble.tts.load(args.voice or burble.tts.synthesizer.DEFAULT_VOICE)
         if options.speculative == "mtp" and synthesizer.heads is None:
             raise TTSInputError(f"the voice {synthesizer.name!r} ships no draft heads: use --speculative off")

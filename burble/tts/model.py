@@ -311,11 +311,14 @@ class CodecLMSession:
     The phoneme units are encoded once. Each forward pass works out the slot of every new position
     from the tokens before it (kept per position, so a speculative rollback, which only shortens
     ``cache.length``, needs nothing else) and returns logits that allow only that slot's tokens.
-    It also keeps the final hidden states of its last pass (for MTP draft heads).
+    It also keeps the final hidden states of its last pass (for MTP draft heads) and, with
+    ``keep_code_distributions``, the distribution over codes it gave at every codec-code position
+    (for decoding a frame from its expected code vector, see ``code_distributions``).
     """
 
-    def __init__(self, model: CodecLM, units: Sequence[int]) -> None:
+    def __init__(self, model: CodecLM, units: Sequence[int], *, keep_code_distributions: bool = False) -> None:
         self.model = model
+        self.keep_code_distributions = keep_code_distributions
         self.config = model.config
         self.vocab_size = model.config.vocab_size
         self.units = list(units)
@@ -328,6 +331,8 @@ class CodecLMSession:
         self._last: tuple[int, Optional[torch.Tensor]] = (0, None)
         self._ranges = allowed_ranges(self.config)
         self._cache: Optional[KVCache] = None  # the cache of new_cache(): how far the slots are exact
+        # per row: position -> (its pass's code logits, row, index in the pass, book)
+        self._code_distributions: list[dict[int, tuple[torch.Tensor, int, int, int]]] = []
 
     @property
     def max_tokens(self) -> int:
@@ -338,6 +343,7 @@ class CodecLMSession:
         c = self.config
         param = next(self.model.parameters())
         self._slots = [[] for _ in range(batch_size)]
+        self._code_distributions = [{} for _ in range(batch_size)]
         self._last = (0, None)
         self._cache = KVCache.allocate(num_layers=c.decoder_layers, batch_size=batch_size, num_heads=c.heads,
                                        head_dim=c.width // c.heads, max_length=max_length, dtype=param.dtype,
@@ -367,7 +373,35 @@ class CodecLMSession:
         hidden = self.model.decode(tokens, self.model.condition(states, features), positions, cache)
         cache.length = start + tokens.shape[1]
         self._last = (start, hidden)
-        return self.model.logits(hidden, features[..., 1])
+        logits = self.model.logits(hidden, features[..., 1])
+        if self.keep_code_distributions:
+            self._keep_code_distributions(start, features[..., 1], logits)
+        return logits
+
+    def _keep_code_distributions(self, start: int, slots: torch.Tensor, logits: torch.Tensor) -> None:
+        # Only the codes' logits are copied here (the loop may edit what it was handed); the softmax
+        # waits until code_distributions() asks, so drafted positions that get rejected cost
+        # nothing. A later pass over the same position (after a rejected draft) overwrites it:
+        # what is kept is always the pass over the tokens the cache holds.
+        books = self.config.num_books
+        codes = logits[..., : books * self.config.codebook_size].clone()
+        for row, (row_slots, kept) in enumerate(zip(slots.tolist(), self._code_distributions)):
+            for i, slot in enumerate(row_slots):
+                if 1 <= slot <= books:
+                    kept[start + i] = (codes, row, i, slot - 1)
+
+    def code_distributions(self, positions: Sequence[int], row: int = 0) -> torch.Tensor:
+        """``(len(positions), codebook_size)``: the distribution over its book's codes the model gave
+        at each position, i.e. of the codec code that is token ``position + 1`` (needs
+        ``keep_code_distributions``)."""
+        if not self.keep_code_distributions:
+            raise ValueError("this session keeps no code distributions (keep_code_distributions=False)")
+        size = self.config.codebook_size
+        if not positions:
+            return torch.zeros(0, size)
+        kept = self._code_distributions[row]
+        rows = [kept[p][0][kept[p][1], kept[p][2], kept[p][3] * size:(kept[p][3] + 1) * size] for p in positions]
+        return torch.softmax(torch.stack(rows), dim=-1)
 
     # -- what MTP draft heads read (burble.decoding.mtp.HiddenStateModel) --
     def last_hidden_states(self) -> tuple[int, Optional[torch.Tensor]]:

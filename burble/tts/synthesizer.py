@@ -4,7 +4,8 @@ Text is normalised and cut into sentences (:mod:`burble.tts.normalize`), each se
 phoneme units (:mod:`burble.tts.phonemes`), and :func:`burble.decoding.generate.generate` (the
 loop that decodes Whisper) samples the sentence's token stream from a :class:`CodecLMSession`.
 Tokens become codec frames (``books`` codes each) and the codec (``burble.codecs``) turns them
-into 22.05 kHz audio.
+into 22.05 kHz audio: by default each frame's expected code vector under the LM's distribution
+(``SynthesisOptions.expected_codes``), not the codes chosen.
 
 ``synthesize`` returns the whole utterance; ``stream`` yields audio while tokens are still being
 generated: frames go through the codec's streaming decoder (the exact streaming vocoder, so the
@@ -66,6 +67,13 @@ class SynthesisOptions:
         same distribution of speech in fewer decoder passes); ``"off"``: one token per pass;
         ``"auto"``: ``"mtp"`` when the voice ships draft heads.
       draft_length: tokens drafted per pass when speculative.
+      expected_codes: decode each frame from its expected code vector under the codec LM's
+        distribution (each book's codebook averaged by the model's probabilities: the posterior
+        mean of the codec latent) rather than from the codes chosen; the chosen codes still steer
+        generation. On by default: averaging keeps what the near-ties of the fine book agree on
+        instead of one arbitrary pick (its validation cross-entropy is 5.4 nats). Measured at T=0
+        (tiny.en, the same tokens decoded both ways): WER on 100 held-out LJ sentences 13.4% ->
+        12.0%, on 55 everyday ones 6.7% both ways.
     """
 
     temperature: float = DEFAULT_TEMPERATURE
@@ -74,6 +82,7 @@ class SynthesisOptions:
     seed: Optional[int] = None
     speculative: str = "auto"
     draft_length: int = 2  # measured on 2 cores: 2 drafted tokens beat 3 and 4 (drafting is not free)
+    expected_codes: bool = True
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -112,22 +121,58 @@ class Synthesis:
 
 
 class FrameAssembler:
-    """Generated tokens -> whole codec frames ``(books, n)``; duration tokens are skipped."""
+    """Generated tokens -> whole codec frames ``(books, n)``; duration tokens are skipped.
 
-    def __init__(self, model: CodecLM) -> None:
+    With a session that keeps code distributions (``CodecLMSession(keep_code_distributions=True)``),
+    ``push`` also returns the frames' distributions over codes ``(books, n, codebook_size)``,
+    else ``None``.
+    """
+
+    def __init__(self, model: CodecLM, session: Optional[CodecLMSession] = None) -> None:
         self.config = model.config
+        self.session = session if session is not None and session.keep_code_distributions else None
         self._partial: list[int] = []
+        self._positions: list[int] = []  # the positions that predicted the partial frame's codes
+        self._next = 1  # stream index of the next token pushed (token 0 is BOS)
 
-    def push(self, tokens: list[int]) -> np.ndarray:
+    def push(self, tokens: list[int]) -> tuple[np.ndarray, Optional[np.ndarray]]:
         c = self.config
-        frames = []
+        frames, positions = [], []
         for token in tokens:
             if token < c.duration_offset:
                 self._partial.append(token - len(self._partial) * c.codebook_size)
+                self._positions.append(self._next - 1)
                 if len(self._partial) == c.num_books:
                     frames.append(self._partial)
-                    self._partial = []
-        return np.array(frames, dtype=np.int64).reshape(-1, c.num_books).T
+                    positions.extend(self._positions)
+                    self._partial, self._positions = [], []
+            self._next += 1
+        codes = np.array(frames, dtype=np.int64).reshape(-1, c.num_books).T
+        if self.session is None:
+            return codes, None
+        distributions = self.session.code_distributions(positions).reshape(len(frames), c.num_books, c.codebook_size)
+        return codes, distributions.transpose(0, 1).float().numpy()
+
+
+@dataclass
+class SentenceCodes:
+    """One sentence's generated codec frames.
+
+    Attributes:
+      codes: the sampled codes ``(books, frames)``.
+      distributions: the codec LM's distributions over them ``(books, frames, codebook_size)``
+        when ``SynthesisOptions.expected_codes`` (else ``None``).
+      stats: the decoding loop's statistics.
+    """
+
+    codes: np.ndarray
+    distributions: Optional[np.ndarray]
+    stats: SpeculativeStats
+
+    @property
+    def decodable(self) -> np.ndarray:
+        """What the codec decodes: the distributions when kept, else the codes."""
+        return self.codes if self.distributions is None else self.distributions
 
 
 def _failed(units: int, frames: int, model: CodecLM) -> bool:
@@ -163,22 +208,26 @@ class Synthesizer:
 
     # ------------------------------------------------------------------ units -> codes
     def generate_codes(self, units: list[int], options: SynthesisOptions, seed: int,
-                       on_frames: Optional[Callable[[np.ndarray], None]] = None) -> tuple[np.ndarray, SpeculativeStats]:
-        """Codec codes ``(books, frames)`` of one sentence, sampled with the shared loop."""
-        session = CodecLMSession(self.model, units)
+                       on_frames: Optional[Callable[[np.ndarray], None]] = None) -> SentenceCodes:
+        """Codec frames of one sentence, sampled with the shared loop. ``on_frames`` gets each new
+        piece as the codec should decode it (``SentenceCodes.decodable``)."""
+        session = CodecLMSession(self.model, units, keep_code_distributions=options.expected_codes)
         c = self.model.config
         decoding = DecodingOptions(max_new_tokens=session.max_tokens, eos_token_id=c.eos, temperature=options.temperature,
                                    top_k=options.top_k, top_p=options.top_p, draft_length=options.draft_length)
         generator = torch.Generator().manual_seed(seed)
-        assembler = FrameAssembler(self.model)
-        frames: list[np.ndarray] = []
+        assembler = FrameAssembler(self.model, session)
+        codes: list[np.ndarray] = []
+        distributions: list[np.ndarray] = []
 
         def on_tokens(rows: list[list[int]]) -> None:
-            new = assembler.push(rows[0])
+            new, new_distributions = assembler.push(rows[0])
             if new.shape[1]:
-                frames.append(new)
+                codes.append(new)
+                if new_distributions is not None:
+                    distributions.append(new_distributions)
                 if on_frames is not None:
-                    on_frames(new)
+                    on_frames(new if new_distributions is None else new_distributions)
 
         drafter = None
         if options.speculative == "mtp" or (options.speculative == "auto" and self.heads is not None):
@@ -192,8 +241,12 @@ class Synthesizer:
                                  generator=torch.Generator().manual_seed(seed + DRAFT_SEED_OFFSET))
         prompt = torch.tensor([[c.bos]])
         result = generate(session, prompt, decoding, drafter=drafter, generator=generator, on_tokens=on_tokens)
-        codes = np.concatenate(frames, axis=1) if frames else np.zeros((c.num_books, 0), dtype=np.int64)
-        return codes, result.stats
+        all_codes = np.concatenate(codes, axis=1) if codes else np.zeros((c.num_books, 0), dtype=np.int64)
+        all_distributions = None
+        if options.expected_codes:
+            all_distributions = (np.concatenate(distributions, axis=1) if distributions
+                                 else np.zeros((c.num_books, 0, c.codebook_size), dtype=np.float32))
+        return SentenceCodes(all_codes, all_distributions, result.stats)
 
     def _plan(self, text: str, options: SynthesisOptions) -> tuple[list[tuple[str, list[int]]], int]:
         sentences = [(s, self.units(s)) for s in self.sentences(text)]
@@ -208,11 +261,17 @@ class Synthesizer:
         stats = SpeculativeStats()
         pieces, results = [], []
         for i, (sentence, units) in enumerate(plan):
-            codes, sentence_stats = self.generate_codes(units, options, seed + i)
-            stats.merge(sentence_stats)
-            results.append(SentenceResult(sentence, len(units), codes.shape[1], _failed(len(units), codes.shape[1], self.model)))
-            if codes.shape[1]:
-                pieces.append(self.codec.decode(codes))
+            # The codec LM samples with stream()'s thread count: the same floating-point sums give
+            # the same distributions, so the same expected codes and the same audio as stream()
+            # (with 2 threads the drafts' verify passes sum differently, which the bfloat16 vocoder
+            # turned into -28 dB of difference). One thread costs the small LM nothing measurable.
+            with torch_threads(LM_THREADS):
+                generated = self.generate_codes(units, options, seed + i)
+            stats.merge(generated.stats)
+            frames = generated.codes.shape[1]
+            results.append(SentenceResult(sentence, len(units), frames, _failed(len(units), frames, self.model)))
+            if frames:
+                pieces.append(self.codec.decode(generated.decodable))
         audio = np.concatenate(pieces).astype(np.float32) if pieces else np.zeros(0, np.float32)
         return Synthesis(audio, self.sample_rate, results, stats, time.perf_counter() - started)
 

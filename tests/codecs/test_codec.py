@@ -195,6 +195,38 @@ def test_stream_decoder_takes_codes_in_any_pieces(codec, codes8, seed):
     assert out.shape == whole.shape and np.abs(out - whole).max() < 1e-4
 
 
+def test_distributions_over_codes_decode_whole_or_streamed(codec, codes8):
+    """One-hot distributions decode exactly as their codes; a mixture (what a codec LM's
+    posterior mean gives) decodes to other audio, streamed as whole."""
+    codes = codes8[:2, :6]
+    onehot = np.eye(codec.config.codebook_size, dtype=np.float32)[codes]  # (books, frames, size)
+    assert np.array_equal(codec.decode(onehot), codec.decode(codes))
+    mixed = 0.5 * onehot + 0.5 * np.eye(codec.config.codebook_size, dtype=np.float32)[np.roll(codes, 1, axis=1)]
+    whole = codec.decode(mixed)
+    assert np.abs(whole - codec.decode(codes)).max() > 1e-3  # the probabilities count
+    decoder = codec.stream_decoder()
+    out = np.concatenate([decoder.push(mixed[:, :1]), decoder.push(mixed[:, 1:4]), decoder.push(mixed[:, 4:]),
+                          decoder.flush()])
+    assert out.shape == whole.shape and np.abs(out - whole).max() < 1e-4
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: d[:, :, :100], "must be a \\(books, frames, 1024\\) array"),
+    (lambda d: d[:, :0], "frames > 0"),
+    (lambda d: d * 2, "must sum to 1"),
+    (lambda d: np.where(d > 0.5, np.nan, d), "finite and non-negative"),
+    (lambda d: d - 1e-3, "finite and non-negative"),
+    (lambda d: np.concatenate([d] * 5), "books must be 1..8, got 10"),
+])
+def test_bad_distributions_over_codes_are_refused_clearly(codec, codes8, make, message):
+    bad = make(np.eye(codec.config.codebook_size, dtype=np.float32)[codes8[:2, :3]])
+    with pytest.raises(CodecInputError, match=message):
+        codec.decode(bad)
+    if bad.shape[1]:
+        with pytest.raises(CodecInputError, match=message):
+            codec.stream_decoder().push(bad)
+
+
 # -- bad input ---------------------------------------------------------------------------------
 
 

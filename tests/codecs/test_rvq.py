@@ -39,6 +39,18 @@ def test_codes_are_integers_in_range(rvq):
     assert int(q.codes.min()) >= 0 and int(q.codes.max()) < SIZE
 
 
+def test_the_expected_vector_of_a_distribution_over_codes(rvq):
+    """One-hot rows give ``decode``'s vectors; a 30/70 mixture of two codes in each book gives the
+    same mixture of their vectors (a codec LM's posterior mean); books beyond the first add theirs."""
+    codes = rvq(torch.randn(20, DIM)).codes[:, :3]
+    other = (codes + 1) % SIZE
+    onehot = torch.nn.functional.one_hot(codes, SIZE).float()  # (rows, books, size)
+    assert torch.allclose(rvq.expected(onehot), rvq.decode(codes), atol=1e-6)
+    mixed = 0.3 * onehot + 0.7 * torch.nn.functional.one_hot(other, SIZE).float()
+    assert torch.allclose(rvq.expected(mixed), 0.3 * rvq.decode(codes) + 0.7 * rvq.decode(other), atol=1e-6)
+    assert not torch.allclose(rvq.expected(mixed[:, :1]), rvq.expected(mixed), atol=1e-3)
+
+
 def test_fewer_books_are_a_prefix_and_decode_alike(rvq):
     z = torch.randn(300, DIM)
     full = rvq(z)

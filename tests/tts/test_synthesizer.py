@@ -7,7 +7,7 @@ import torch
 import burble.decoding.generate
 import burble.tts
 from burble.tts.normalize import TTSInputError
-from burble.tts.synthesizer import SynthesisOptions
+from burble.tts.synthesizer import LM_THREADS, SynthesisOptions, torch_threads
 
 
 def test_the_codec_lm_is_driven_by_the_one_decoding_loop(tiny_voice, monkeypatch):
@@ -27,8 +27,9 @@ def test_the_codec_lm_is_driven_by_the_one_decoding_loop(tiny_voice, monkeypatch
     assert result.audio.dtype == np.float32 and result.audio.size > 0
 
 
+@pytest.mark.parametrize("expected_codes", [True, False])
 @pytest.mark.parametrize("vocoder_dtype", ["float32", "bfloat16"])
-def test_streamed_audio_equals_the_whole_utterance_for_the_same_seed(tiny_voice_path, vocoder_dtype):
+def test_streamed_audio_equals_the_whole_utterance_for_the_same_seed(tiny_voice_path, vocoder_dtype, expected_codes):
     """float32: the same samples (to float32 rounding); bfloat16 (``"auto"`` on CPUs with native
     bfloat16): the same up to bfloat16 rounding, which the streamed vocoder's shorter pieces flip
     here and there (the difference measured -38 dB under this random voice's noise-like audio,
@@ -36,8 +37,9 @@ def test_streamed_audio_equals_the_whole_utterance_for_the_same_seed(tiny_voice_
     voice = burble.tts.load(str(tiny_voice_path), vocoder_dtype=vocoder_dtype)
     assert next(voice.codec.vocoder.parameters()).dtype == getattr(torch, vocoder_dtype)
     text = "Streaming speech, chunk by chunk. A second sentence follows."
-    whole = voice.synthesize(text, SynthesisOptions(temperature=0.5, seed=7)).audio
-    chunks = list(voice.stream(text, SynthesisOptions(temperature=0.5, seed=7)))
+    options = SynthesisOptions(temperature=0.5, seed=7, expected_codes=expected_codes)
+    whole = voice.synthesize(text, options).audio
+    chunks = list(voice.stream(text, options))
     assert len(chunks) > 2  # it really came in pieces
     streamed = np.concatenate(chunks)
     assert streamed.shape == whole.shape and streamed.dtype == np.float32
@@ -45,13 +47,35 @@ def test_streamed_audio_equals_the_whole_utterance_for_the_same_seed(tiny_voice_
         assert np.abs(streamed - whole).max() < 1e-3
     assert noise_db(streamed, whole) < -30
     # Negative control: another seed gives other audio, so the comparison can fail.
-    other = voice.synthesize(text, SynthesisOptions(temperature=0.5, seed=8)).audio
+    other = voice.synthesize(text, SynthesisOptions(temperature=0.5, seed=8, expected_codes=expected_codes)).audio
     assert other.shape != whole.shape or np.abs(other - whole).max() > 1e-2
 
 
 def noise_db(audio: np.ndarray, reference: np.ndarray) -> float:
     """The energy of ``audio - reference`` relative to ``reference``'s, in dB."""
     return float(10 * np.log10(np.sum((audio - reference) ** 2) / np.sum(reference**2) + 1e-30))
+
+
+def test_expected_codes_decode_the_distributions_behind_the_chosen_codes(tiny_voice):
+    """Greedy codes are the argmax of the distributions the session kept (so codes and positions
+    line up); the speech is the codec's decode of those distributions, and with
+    ``expected_codes=False`` the decode of the codes, which is other audio (negative control)."""
+    text = "Expected codes."
+    greedy = SynthesisOptions(temperature=0.0, speculative="off")
+    with torch_threads(LM_THREADS):  # synthesize() samples with stream()'s thread count
+        kept = tiny_voice.generate_codes(tiny_voice.units(text), greedy, 0)
+    size = tiny_voice.codec.config.codebook_size
+    assert kept.distributions.shape == kept.codes.shape + (size,) and kept.distributions.dtype == np.float32
+    assert np.array_equal(kept.distributions.argmax(-1), kept.codes)
+    assert np.allclose(kept.distributions.sum(-1), 1, atol=1e-4)
+    assert kept.distributions.max(-1).min() < 0.9  # distributions, not one-hot codes
+    audio = tiny_voice.synthesize(text, greedy).audio
+    assert noise_db(audio, tiny_voice.codec.decode(kept.distributions)) < -30
+    from_codes = tiny_voice.synthesize(text, SynthesisOptions(temperature=0.0, speculative="off", expected_codes=False))
+    assert noise_db(from_codes.audio, tiny_voice.codec.decode(kept.codes)) < -30
+    assert noise_db(from_codes.audio, audio) > -20
+    plain = tiny_voice.generate_codes(tiny_voice.units(text), SynthesisOptions(temperature=0.0, expected_codes=False), 0)
+    assert plain.distributions is None and np.array_equal(plain.codes, kept.codes)
 
 
 def test_the_same_seed_gives_the_same_audio(tiny_voice):
@@ -130,5 +154,13 @@ def test_speculative_synthesis_drafts_streams_and_follows_the_seed(voice_with_he
     assert streamed.shape == result.audio.shape
     assert noise_db(streamed, result.audio) < -30  # the vocoder's rounding at most (see above)
     assert voice.synthesize(text, SynthesisOptions(seed=5)).stats.drafted > 0  # auto: heads are used when shipped
+    # Greedy drafting keeps the distributions of the codes the verifier accepted (rejected drafts'
+    # positions are computed again): the same as one token per pass.
+    units = voice.units(text)
+    drafted = voice.generate_codes(units, SynthesisOptions(temperature=0.0, speculative="mtp", draft_length=3), 0)
+    one_by_one = voice.generate_codes(units, SynthesisOptions(temperature=0.0, speculative="off"), 0)
+    assert drafted.stats.drafted > drafted.stats.accepted  # some drafts were rejected
+    assert np.array_equal(drafted.codes, one_by_one.codes)
+    assert np.abs(drafted.distributions - one_by_one.distributions).max() < 1e-4
     assert voice.synthesize(text, SynthesisOptions(seed=5, speculative="off")).stats.drafted == 0
 
