@@ -393,14 +393,18 @@ class CodecLMSession:
     def code_distributions(self, positions: Sequence[int], row: int = 0) -> torch.Tensor:
         """``(len(positions), codebook_size)``: the distribution over its book's codes the model gave
         at each position, i.e. of the codec code that is token ``position + 1`` (needs
-        ``keep_code_distributions``)."""
+        ``keep_code_distributions``). Each position is handed out once and then forgotten, so a
+        long sentence does not hold every pass's logits."""
         if not self.keep_code_distributions:
             raise ValueError("this session keeps no code distributions (keep_code_distributions=False)")
         size = self.config.codebook_size
         if not positions:
             return torch.zeros(0, size)
         kept = self._code_distributions[row]
-        rows = [kept[p][0][kept[p][1], kept[p][2], kept[p][3] * size:(kept[p][3] + 1) * size] for p in positions]
+        rows = []
+        for p in positions:
+            logits, pass_row, index, book = kept.pop(p)
+            rows.append(logits[pass_row, index, book * size:(book + 1) * size])
         return torch.softmax(torch.stack(rows), dim=-1)
 
     # -- what MTP draft heads read (burble.decoding.mtp.HiddenStateModel) --
