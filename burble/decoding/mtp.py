@@ -45,6 +45,9 @@ class MTPConfig:
       memory_heads: > 0 gives each head a cross-attention with this many heads over the target's
         memory (for Whisper: the last decoder layer's audio keys/values, computed anyway), so a
         head can read the next words from the audio instead of guessing them from the text.
+      decoder_inputs: the heads read the target's *decoder inputs* at the chain's positions (the
+        token embedding plus what the model adds there: the codec LM's phoneme, slot and frame
+        conditioning, ``HiddenStateModel.draft_inputs``) instead of the bare token embeddings.
     """
 
     hidden_size: int
@@ -53,6 +56,7 @@ class MTPConfig:
     draft_vocab_size: int = 4096
     target: str = ""
     memory_heads: int = 0
+    decoder_inputs: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,8 @@ class HiddenStateModel(Protocol):
     # emit after ``tokens`` (a grammar's slot: the codec LM allows one codebook per position). A
     # sampling drafter then scores only those rows of its projection, which is cheaper and puts no
     # draft mass on tokens the target would reject for certain.
+    # Optional: ``draft_inputs(tokens, n) -> (n, D)``, the decoder inputs of the last ``n`` of
+    # ``tokens`` at their positions (for heads with ``MTPConfig.decoder_inputs``).
 
 
 # Keys/values of a head's memory, and how many consecutive rows of a training batch read each
@@ -198,7 +204,7 @@ class MTPHeads(nn.Module):
     @torch.inference_mode()
     def draft(
         self, hidden: torch.Tensor, token: int, embed: "EmbedFn", k: int, stop_token: Optional[int] = None,
-        memory: Optional[Memory] = None,
+        memory: Optional[Memory] = None, allowed: Optional["AllowedFn"] = None,
     ) -> list[int]:
         """Greedy chain draft of at most ``k`` target token ids after ``token``.
 
@@ -208,9 +214,10 @@ class MTPHeads(nn.Module):
           embed: the target's token embedding.
           k: tokens to draft (at most ``num_heads``).
           stop_token: stop after drafting this token (end of sequence).
+          allowed: see :meth:`draft_sampled` (the argmax is then taken over the allowed ids only).
         """
         return self.draft_sampled(hidden, token, embed, k, choose=lambda logits, drafted, offset: (offset + int(logits.argmax()), None),
-                                  stop_token=stop_token, memory=memory)[0]
+                                  stop_token=stop_token, memory=memory, allowed=allowed)[0]
 
     @torch.inference_mode()
     def draft_sampled(
@@ -459,17 +466,47 @@ class MTPDrafter:
             return Draft([])
         state, token = hidden[0, row], int(tokens[-1])
         memory = self.model.draft_memory() if self.heads.config.memory_heads else None
-        embed = self.model.embed_tokens
         if self.sample:
             return self._sampled_chain(tokens, state, token, k, rule, memory)
         if self.tree is None:
-            return Draft(self.heads.draft(state, token, embed, k, self.eos_token_id, memory))
+            return Draft(self.heads.draft(state, token, self._chain_inputs(tokens), k, self.eos_token_id, memory,
+                                          allowed=self._grammar(tokens)))
+        embed = self.model.embed_tokens
+        if self.heads.config.decoder_inputs:
+            raise ValueError("heads that read decoder inputs draft chains, not trees")
         if self.tree.paths is not None:
             draft_tokens, parents = self.heads.static_tree(state, token, embed, k, self.tree.paths, memory)
         else:
             draft_tokens, parents = self.heads.draft_tree(state, token, embed, k, self.tree, self.eos_token_id, memory)
         self._last_tree = (len(tokens), draft_tokens, parents)
         return Draft(draft_tokens, parents=parents)
+
+    def _grammar(self, tokens: Sequence[int]) -> Optional["AllowedFn"]:
+        """The ids the model allows after ``tokens`` plus a drafted chain (``None``: no grammar)."""
+        grammar = getattr(self.model, "draft_range", None)
+        if grammar is None:
+            return None
+        prefix = list(tokens)
+        return lambda drafted: grammar(prefix + drafted)
+
+    def _chain_inputs(self, tokens: Sequence[int]) -> "EmbedFn":
+        """What the heads read of a chain: token embeddings, or with ``decoder_inputs`` the
+        decoder inputs at the chain's positions. The heads ask for the chain's tokens one call at
+        a time, in order: the verified token (``tokens[-1]``), then each drafted one, each at the
+        position after the one before."""
+        if not self.heads.config.decoder_inputs:
+            return self.model.embed_tokens
+        inputs_of = getattr(self.model, "draft_inputs", None)
+        if inputs_of is None:
+            raise ValueError("heads that read decoder inputs need a model with draft_inputs()")
+        sequence = list(tokens[:-1])
+
+        def embed(ids: torch.Tensor) -> torch.Tensor:
+            new = [int(t) for t in ids.reshape(-1).tolist()]
+            sequence.extend(new)
+            return inputs_of(sequence, len(new)).reshape(*ids.shape, -1)
+
+        return embed
 
     def _sampled_chain(
         self, tokens: Sequence[int], state: torch.Tensor, token: int, k: int, rule: TargetRule, memory: Optional[Memory]
@@ -509,8 +546,7 @@ class MTPDrafter:
                 return -1, None
             return row_of[int(sample_from(q, self.generator))], q
 
-        grammar = getattr(self.model, "draft_range", None)
-        allowed = None if grammar is None else (lambda drafted: grammar(prefix + drafted))
-        drafted, dists = self.heads.draft_sampled(state, token, self.model.embed_tokens, k, choose=choose,
-                                                  stop_token=self.eos_token_id, memory=memory, allowed=allowed)
+        drafted, dists = self.heads.draft_sampled(state, token, self._chain_inputs(tokens), k, choose=choose,
+                                                  stop_token=self.eos_token_id, memory=memory,
+                                                  allowed=self._grammar(tokens))
         return Draft(drafted, torch.stack(dists) if dists else None)

@@ -173,10 +173,14 @@ def stream_slots(config: CodecLMConfig, stream: Sequence[int], num_units: int) -
     return slots
 
 
+def feature_row(slot: Slot) -> tuple[int, int, int, int]:
+    """Unit, slot, frame in unit (clipped), frames left in unit (clipped): what a position is told."""
+    return (slot.unit, slot.slot, min(slot.frame, FEATURE_CLIP), min(max(slot.duration - slot.frame - 1, 0), FEATURE_CLIP))
+
+
 def slot_features(config: CodecLMConfig, slots: Sequence[Slot]) -> torch.Tensor:
-    """``(T, 4)`` long: unit, slot, frame in unit (clipped), frames left in unit (clipped)."""
-    rows = [(s.unit, s.slot, min(s.frame, FEATURE_CLIP), min(max(s.duration - s.frame - 1, 0), FEATURE_CLIP)) for s in slots]
-    return torch.tensor(rows, dtype=torch.long).reshape(-1, 4)
+    """``(T, 4)`` long: the :func:`feature_row` of each slot."""
+    return torch.tensor([feature_row(s) for s in slots], dtype=torch.long).reshape(-1, 4)
 
 
 def rotary_tables(positions: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -417,18 +421,41 @@ class CodecLMSession:
     def draft_memory(self) -> None:
         return None
 
-    def draft_range(self, tokens: Sequence[int]) -> Optional[tuple[int, int]]:
-        """The token ids ``[lo, hi)`` the grammar allows after ``tokens`` (row 0's sequence, drafted
-        tokens included), so MTP drafts score one codebook instead of the whole vocabulary."""
+    def _draft_slots(self, tokens: Sequence[int], count: int) -> list[Slot]:
+        """The slots of the last ``count`` positions of ``tokens`` (row 0's sequence, drafted tokens
+        included): what each of those positions predicts."""
         slots = self._slots[0] if self._slots else []
         # Slots of the positions the cache holds are exact; a rejected draft's may linger past it.
         known = min(len(slots), len(tokens), self._cache.length if self._cache is not None else 0)
-        if known < 1:
+        tail: list[Slot] = []
+        for p in range(known, len(tokens)):
+            previous = tail[-1] if tail else (slots[p - 1] if p > 0 else None)
+            tail.append(first_slot() if previous is None else next_slot(self.config, previous, int(tokens[p]), len(self.units)))
+        first = max(0, len(tokens) - count)
+        return (list(slots[first:known]) + tail)[-count:] if count > 0 else []
+
+    def draft_range(self, tokens: Sequence[int]) -> Optional[tuple[int, int]]:
+        """The token ids ``[lo, hi)`` the grammar allows after ``tokens`` (row 0's sequence, drafted
+        tokens included), so MTP drafts score one codebook instead of the whole vocabulary."""
+        if not tokens or not self._slots:
             return None
-        slot = slots[known - 1]
-        for token in tokens[known:]:
-            slot = next_slot(self.config, slot, int(token), len(self.units))
-        return self._ranges[slot.slot]
+        return self._ranges[self._draft_slots(tokens, 1)[0].slot]
+
+    def draft_inputs(self, tokens: Sequence[int], count: int) -> torch.Tensor:
+        """``(count, W)``: the decoder inputs of the last ``count`` of ``tokens`` (row 0's sequence,
+        drafted tokens included) at their positions, as :meth:`forward` would build them: the
+        token embedding plus the conditioning (unit, slot, frame) of the token each predicts.
+        Draft heads with ``MTPConfig.decoder_inputs`` read these instead of bare embeddings."""
+        m, last_unit = self.model, self.unit_states.shape[1] - 1
+        rows = []
+        # CodecLM.condition's sum, row by row on host indices: drafting asks for one token at a
+        # time, where a batched lookup's dispatch costs more than the rows (75 -> ~15 us a call).
+        for token, slot in zip(tokens[len(tokens) - count:], self._draft_slots(tokens, count)):
+            unit, kind, frame, left = feature_row(slot)
+            conditioning = (self.unit_states[0, min(unit, last_unit)] + m.slot_embedding.weight[kind]
+                            + m.frame_embedding.weight[frame] + m.left_embedding.weight[left])
+            rows.append(m.token_embedding.weight[int(token)] + conditioning)
+        return torch.stack(rows) if rows else self.unit_states.new_zeros(0, self.config.width)
 
 
 def load_state(path: str, *, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> tuple[CodecLM, list[str], dict]:

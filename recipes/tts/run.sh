@@ -11,12 +11,13 @@
 #   1  train:   the codec LM (checkpoint every 50 steps: model, optimiser, step, log; resumes)
 #   2  export:  -> burble/tts/weights/<name>.safetensors (what burble ships)
 #   3  report:  loss curves and the last validation -> RESULTS.md, report.png
-#   4  heads:   MTP draft heads for the exported voice, by self-distillation of its own
-#               distributions (checkpoint every 250 steps; resumes) -> burble/tts/weights/<name>.mtp.safetensors
-#               (burble speak --speculative mtp)
+#   4  heads:   MTP draft heads for the exported voice: (a) its own greedy token streams for LJ
+#               sentences outside every test set, in shards under $cache/streams (finished shards are
+#               kept); (b) heads that learn its argmax over them (checkpoint every 250 steps; resumes)
+#               -> burble/tts/weights/<name>.mtp.safetensors (burble speak --speculative mtp)
 #
 # Data (3500 sentences, 5.3 h of speech) takes ~25 min on 2 cores, training (2000 steps) ~70 min,
-# the draft heads (1500 steps) ~20 min.
+# the draft heads' streams (3000 sentences) ~30 min and their training (1500 steps) ~20 min.
 set -euo pipefail
 
 stage=0
@@ -25,6 +26,7 @@ clips=3500
 heldout=40
 steps=2000
 head_steps=1500
+stream_sentences=3000
 books=2
 name=joe
 threads=0
@@ -38,11 +40,12 @@ while [ $# -gt 0 ]; do
     --heldout) heldout=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --head-steps) head_steps=$2; shift 2 ;;
+    --stream-sentences) stream_sentences=$2; shift 2 ;;
     --books) books=$2; shift 2 ;;
     --name) name=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --cache) cache=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -79,7 +82,9 @@ if [ "$stage" -le 3 ] && [ "$stop_stage" -ge 3 ]; then
 fi
 if [ "$stage" -le 4 ] && [ "$stop_stage" -ge 4 ]; then
   log "stage 4: draft heads -> burble/tts/weights/$name.mtp.safetensors"
-  $PYTHON "$recipe_dir/local/heads.py" --voice "$repo/burble/tts/weights/$name.safetensors" --data-dir "$cache/data" \
+  $PYTHON "$recipe_dir/local/greedy_streams.py" --voice "$repo/burble/tts/weights/$name.safetensors" \
+    --out-dir "$cache/streams" --sentences "$stream_sentences"
+  $PYTHON "$recipe_dir/local/heads.py" --voice "$repo/burble/tts/weights/$name.safetensors" --streams-dir "$cache/streams" \
     --exp-dir "$cache/heads" --out "$repo/burble/tts/weights/$name.mtp.safetensors" --steps "$head_steps" --threads "$threads" \
     --results "$recipe_dir/RESULTS.md"
 fi

@@ -184,14 +184,20 @@ class _ParityGrammarModel(HiddenTableModel):
         return (0, 4) if len(tokens) % 2 == 0 else (4, 8)
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_sampled_drafts_stay_in_the_range_the_grammar_allows(seed: int):
+def full_vocabulary_heads(seed: int, projection_scale: float = 1.0) -> MTPHeads:
+    """Random heads over the whole vocabulary (draft ids = target ids)."""
     heads = MTPHeads(MTPConfig(hidden_size=V, num_heads=4, inner_size=16, draft_vocab_size=V), torch.arange(V))
     torch.manual_seed(seed)
     with torch.no_grad():
         for p in heads.parameters():
             p.normal_()
-        heads.projection.weight.mul_(0.1)
+        heads.projection.weight.mul_(projection_scale)
+    return heads
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sampled_drafts_stay_in_the_range_the_grammar_allows(seed: int):
+    heads = full_vocabulary_heads(seed, projection_scale=0.1)
     outside_mass = {}
     for model in (_ParityGrammarModel(V, seed=1), HiddenTableModel(V, seed=1)):
         model.forward(torch.tensor([[1, 2]]), model.new_cache(1, 16))
@@ -207,6 +213,50 @@ def test_sampled_drafts_stay_in_the_range_the_grammar_allows(seed: int):
         outside_mass[type(model).__name__] = max(masses)
     assert outside_mass["_ParityGrammarModel"] < 1e-6
     assert outside_mass["HiddenTableModel"] > 0.05  # control: without the grammar, q strays
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_greedy_drafts_take_the_argmax_among_the_ids_the_grammar_allows(seed: int):
+    heads = full_vocabulary_heads(seed)
+    strays = {}
+    for model in (_ParityGrammarModel(V, seed=1), HiddenTableModel(V, seed=1)):
+        model.forward(torch.tensor([[1, 2]]), model.new_cache(1, 16))
+        tokens = []
+        for start in range(V):  # drafts after several verified tokens
+            tokens += MTPDrafter(model, heads).propose([1, 2, start], 4, _sampling_rule).tokens
+        strays[type(model).__name__] = sum(
+            not ((0 <= t < 4) if j % 2 == 1 else (4 <= t < 8)) for j, t in enumerate(tokens))  # 3 tokens, then j drafts
+    assert strays["_ParityGrammarModel"] == 0
+    assert strays["HiddenTableModel"] > 0  # control: without the grammar, the argmax strays
+
+
+class _InputsModel(_ParityGrammarModel):
+    """Decoder inputs that depend on the position: the embedding of the token, shifted by its index."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.asked: list[tuple[list[int], int]] = []
+
+    def draft_inputs(self, tokens, count):
+        self.asked.append((list(tokens), count))
+        ids = torch.tensor(list(tokens[len(tokens) - count:]))
+        return self.embed_tokens(ids) + torch.arange(len(tokens) - count, len(tokens))[:, None].float()
+
+
+def test_heads_with_decoder_inputs_read_each_chain_token_at_its_position():
+    torch.manual_seed(0)
+    heads = MTPHeads(MTPConfig(hidden_size=V, num_heads=3, inner_size=16, draft_vocab_size=V, decoder_inputs=True),
+                     torch.arange(V))
+    model = _InputsModel(V, seed=1)
+    model.forward(torch.tensor([[1, 2]]), model.new_cache(1, 16))
+    draft = MTPDrafter(model, heads).propose([1, 2, 3], 3, _sampling_rule).tokens
+    assert len(draft) == 3
+    # The verified token at position 2, then each drafted token at the next position.
+    assert model.asked == [([1, 2, 3], 1), ([1, 2, 3, draft[0]], 1), ([1, 2, 3, draft[0], draft[1]], 1)]
+    plain = HiddenTableModel(V, seed=1)
+    plain.forward(torch.tensor([[1, 2]]), plain.new_cache(1, 16))
+    with pytest.raises(ValueError, match="draft_inputs"):
+        MTPDrafter(plain, heads).propose([1, 2, 3], 3, _sampling_rule)
 
 
 def test_draft_rows_of_an_id_range_need_sorted_draft_ids():

@@ -107,3 +107,34 @@ def test_training_resumes_exactly_and_exports_a_loadable_voice(tmp_path):
 
     assert burble.tts.load(str(voice)).heads is not None
 
+    # Stage 4 on the voice's own greedy streams: shards that resume, heads that learn the argmax.
+    sentences = tmp_path / "sentences.tsv"
+    sentences.write_text("".join(f"S{i:03d}\tThe {w} sat on a mat today.\n" for i, w in enumerate(["cat", "dog", "hen", "fox"])))
+
+    def streams() -> str:
+        done = subprocess.run(
+            [sys.executable, str(LOCAL / "greedy_streams.py"), "--voice", str(voice), "--out-dir", str(tmp_path / "streams"),
+             "--sentences", "2", "--heldout", "1", "--shard-size", "1", "--workers", "1", "--sentences-file", str(sentences)],
+            capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    assert "0 of 3 shards already written" in streams()
+    assert "3 of 3 shards already written" in streams()
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tts_recipe_data", LOCAL / "data.py")
+    recipe_data = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = recipe_data  # dataclasses look their module up
+    spec.loader.exec_module(recipe_data)
+    examples = recipe_data.load_streams(tmp_path / "streams", "train", model.config)
+    assert len(examples) == 2 and all(e.inputs[0] == model.config.bos and e.targets[-1] == model.config.eos for e in examples)
+    done = subprocess.run(
+        [sys.executable, str(LOCAL / "heads.py"), "--voice", str(voice), "--streams-dir", str(tmp_path / "streams"),
+         "--exp-dir", str(tmp_path / "heads_greedy"), "--out", str(tmp_path / "greedy.mtp.safetensors"), "--steps", "2",
+         "--inner-size", "16", "--batch", "32", "--warmup", "1", "--validate-every", "2", "--threads", "1"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    greedy = torch.load(tmp_path / "heads_greedy" / "checkpoint.pt", map_location="cpu", weights_only=False)
+    assert all(0.0 <= r <= 1.0 for r in greedy["log"][-1]["valid"]["acceptance"])
+

@@ -80,7 +80,7 @@ def test_incremental_decoding_with_rollback_equals_one_full_pass(model):
 def test_draft_range_is_the_slot_the_logits_allow_even_after_a_rollback(model):
     stream, session, full = _one_full_pass(model, 1, [2, 0, 3, 1], [1, 4, 5, 2])
     cache = session.new_cache(1, 64)
-    assert session.draft_range(stream[:1]) is None  # nothing encoded yet: no slot known
+    assert session.draft_range(stream[:1]) == (CONFIG.duration_offset, CONFIG.bos)  # BOS: a duration follows
     session.forward(torch.tensor([stream[:5]]), cache)
     # A rejected draft leaves slots of wrong tokens past the cache; they must not be read. Position
     # 6 spells unit 1's duration: 3 frames in the draft, 0 in the stream.
@@ -94,6 +94,36 @@ def test_draft_range_is_the_slot_the_logits_allow_even_after_a_rollback(model):
     # Negative control: the stale slot of position 6 (a code of the 3-frame unit) disagrees.
     stale = session._slots[0][6]
     assert session._ranges[stale.slot] != session.draft_range(stream[:7])
+
+
+def test_draft_inputs_are_what_the_decoder_adds_up_at_those_positions(model):
+    """What heads with ``decoder_inputs`` read: the token embedding plus the conditioning of each
+    position, as the decoder's first step computes it, for verified and drafted tokens alike."""
+    stream, session, _ = _one_full_pass(model, 2, [2, 1, 3, 1], [1, 4, 5, 2])
+    seen = []
+    original = model.decode
+
+    def record(tokens, conditioning, positions, cache=None):
+        seen.append(model.token_embedding(tokens) + conditioning)
+        return original(tokens, conditioning, positions, cache)
+
+    model.decode = record
+    try:
+        full_session = CodecLMSession(model, [1, 4, 5, 2])
+        full_session.forward(torch.tensor([stream[:-1]]), full_session.new_cache(1, 64))
+    finally:
+        del model.decode
+    decoder_inputs = seen[0][0]
+    cache = session.new_cache(1, 64)
+    session.forward(torch.tensor([stream[:5]]), cache)
+    session.forward(torch.tensor([[stream[5], CONFIG.duration_offset + 3, 1]]), cache)  # a rejected draft
+    cache.truncate(6)
+    for end in range(7, len(stream)):
+        for count in (1, 2, 3):
+            got = session.draft_inputs(stream[:end], count)
+            assert torch.allclose(got, decoder_inputs[end - count:end], atol=1e-6), (end, count)
+    # Negative control: the bare embeddings are not what the decoder reads.
+    assert not torch.allclose(model.token_embedding(torch.tensor(stream[6:9])), decoder_inputs[6:9])
 
 
 def test_generation_through_the_shared_loop_gives_a_well_formed_stream(model):

@@ -51,7 +51,8 @@ def _drafter(kind: str):
         return ModelDrafter(CodecLMSession(_model(DRAFT_CONFIG, 1), UNITS), sample=True,
                             generator=torch.Generator().manual_seed(9), eos_token_id=CONFIG.eos)
     torch.manual_seed(2)
-    heads = MTPHeads(MTPConfig(hidden_size=CONFIG.width, num_heads=3, inner_size=16, draft_vocab_size=CONFIG.vocab_size),
+    heads = MTPHeads(MTPConfig(hidden_size=CONFIG.width, num_heads=3, inner_size=16, draft_vocab_size=CONFIG.vocab_size,
+                               decoder_inputs=kind.endswith("-inputs")),
                      torch.arange(CONFIG.vocab_size)).double().eval()
     return heads
 
@@ -65,7 +66,7 @@ def _counts(kind: str) -> tuple[Counter, float]:
     draft_generator = torch.Generator().manual_seed(9)
     for _ in range(SAMPLES):
         d = drafter if kind == "draft-lm" else MTPDrafter(target, drafter, eos_token_id=CONFIG.eos,
-                                                          sample=kind == "mtp-sampled", generator=draft_generator)
+                                                          sample=kind.startswith("mtp-sampled"), generator=draft_generator)
         result = generate(target, torch.tensor([[CONFIG.bos]]), OPTIONS, drafter=d, generator=g)
         counts[tuple(result.tokens[0]) + ((CONFIG.eos,) if result.finished[0] else ())] += 1
         drafted += result.stats.drafted
@@ -85,7 +86,7 @@ def test_the_exact_distribution_is_a_real_test():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["draft-lm", "mtp-heads", "mtp-sampled"])
+@pytest.mark.parametrize("kind", ["draft-lm", "mtp-heads", "mtp-sampled", "mtp-sampled-inputs"])
 def test_speculative_tts_sampling_is_lossless(kind):
     counts, rate = _counts(kind)
     assert 0.01 < rate < 0.95, rate  # drafts were both accepted and rejected

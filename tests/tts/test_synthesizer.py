@@ -78,6 +78,26 @@ def test_expected_codes_decode_the_distributions_behind_the_chosen_codes(tiny_vo
     assert plain.distributions is None and np.array_equal(plain.codes, kept.codes)
 
 
+def test_the_token_stream_spells_out_the_generated_codes(tiny_voice):
+    """``SentenceCodes.tokens`` (what the recipe trains draft heads on) is the stream after BOS:
+    durations that add up to the frames, each frame's codes book by book, then EOS."""
+    from burble.tts.model import SLOT_DURATION, first_slot, next_slot
+
+    units = tiny_voice.units("Token streams.")
+    sentence = tiny_voice.generate_codes(units, SynthesisOptions(temperature=0.0, expected_codes=False), 0)
+    c = tiny_voice.model.config
+    assert sentence.tokens[-1] == c.eos
+    slot, durations, codes = first_slot(), [], []
+    for token in sentence.tokens[:-1]:
+        if slot.slot == SLOT_DURATION:
+            durations.append(token - c.duration_offset)
+        else:
+            codes.append(token - (slot.slot - 1) * c.codebook_size)
+        slot = next_slot(c, slot, token, len(units))
+    assert len(durations) == len(units) and sum(durations) == sentence.codes.shape[1]
+    assert np.array_equal(np.array(codes).reshape(-1, c.num_books).T, sentence.codes)
+
+
 def test_the_same_seed_gives_the_same_audio(tiny_voice):
     a = tiny_voice.synthesize("Same seed.", SynthesisOptions(temperature=0.5, seed=3)).audio
     b = tiny_voice.synthesize("Same seed.", SynthesisOptions(temperature=0.5, seed=3)).audio

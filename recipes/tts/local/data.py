@@ -48,6 +48,19 @@ def load_examples(data_dir: Path, split: str, config: CodecLMConfig) -> list[Exa
     return examples
 
 
+def load_streams(streams_dir: Path, split: str, config: CodecLMConfig) -> list[Example]:
+    """The voice's own token streams from ``greedy_streams.py`` (``BOS .. EOS``) as examples."""
+    examples = []
+    for path in sorted(Path(streams_dir).glob(f"{split}_*.safetensors")):
+        with safe_open(str(path), "pt") as f:
+            for c, clip in enumerate(json.loads(f.metadata()["clips"])):
+                units = f.get_tensor(f"{c}.units").long()
+                stream = f.get_tensor(f"{c}.tokens").long().tolist()
+                features = slot_features(config, stream_slots(config, stream, units.shape[0]))
+                examples.append(Example(units, torch.tensor(stream[:-1]), torch.tensor(stream[1:]), features, clip["text"]))
+    return examples
+
+
 def crop(example: Example, max_tokens: int, rng: np.random.Generator) -> Example:
     """A random window of at most ``max_tokens`` positions (the units stay whole)."""
     t = example.inputs.shape[0]

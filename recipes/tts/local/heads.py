@@ -1,18 +1,23 @@
 #!/usr/bin/env python
-"""Stage 4 of the TTS recipe: MTP draft heads for a trained voice, by self-distillation.
+"""Stage 4b of the TTS recipe: MTP draft heads for a trained voice, by self-distillation.
 
 The codec LM is frozen. Its final hidden states over every training clip (teacher-forced, float32,
 as at inference) are computed once; head ``i`` reads the state at position ``t`` and the
-embeddings of tokens ``t + 1 .. t + 1 + i`` and learns the LM's own distribution of token
-``t + 2 + i`` (soft targets: the cross-entropy to the LM's probabilities, grammar mask included),
-so its drafts are what the LM would sample and speculative sampling accepts them often. The heads
-predict over the whole codec-LM vocabulary (a few thousand tokens, no reduced draft vocabulary
-needed).
+embeddings of tokens ``t + 1 .. t + 1 + i`` and learns the LM's own choice of token ``t + 2 + i``
+among the tokens the grammar allows there. What the heads learn is set by what decoding keeps:
 
-Validation reports, per head, the teacher-forced acceptance rate of speculative sampling at the
-synthesis temperature, ``E[sum_x min(p_T(x), q_T(x))]`` (the chance the verifier keeps a token
-drafted from ``q`` when the ones before it were kept), and the mean accepted length of a chain of
-all heads that those rates imply.
+* greedy decoding (burble's default, ``--target-temperature 0``) keeps a drafted token only if it
+  is the LM's argmax, so the heads learn the argmax (cross-entropy to it), from the voice's own
+  greedy streams (``--streams-dir``, from ``greedy_streams.py``): the contexts greedy decoding
+  really meets, not Piper's codes;
+* speculative sampling keeps a token drafted from ``q`` with probability ``sum min(p, q)``, so
+  for sampling the heads learn the LM's distribution at a temperature (``--target-temperature T``,
+  soft targets), e.g. over Piper's teacher-forced clips (``--data-dir``).
+
+The heads predict over the whole codec-LM vocabulary (a few thousand tokens, no reduced draft
+vocabulary needed). Validation reports, per head, the teacher-forced acceptance at the decoding
+``--temperature`` (0: how often the head's argmax is the LM's; else ``E[sum min(p_T, q_T)]``),
+and the mean accepted length of a chain of all heads that those rates imply.
 
 A checkpoint (heads, optimiser, step, log) is written every ``--checkpoint-every`` steps; a rerun
 resumes from it (the hidden states are recomputed, a few minutes). The batch of step ``s`` is the
@@ -22,7 +27,8 @@ voice's ``<name>.mtp.safetensors``, which ``burble.tts.load`` picks up).
 Usage::
 
     python recipes/tts/local/heads.py --voice burble/tts/weights/joe.safetensors \\
-        --data-dir ~/.cache/burble/tts/data --exp-dir ~/.cache/burble/tts/heads --out burble/tts/weights/joe.mtp.safetensors
+        --streams-dir ~/.cache/burble/tts/streams --exp-dir ~/.cache/burble/tts/heads \\
+        --out burble/tts/weights/joe.mtp.safetensors
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from burble.decoding.mtp import MTPConfig, MTPHeads  # noqa: E402
 from burble.tts.model import CodecLM, load_state  # noqa: E402
-from data import Example, collate, load_examples  # noqa: E402
+from data import Example, collate, load_examples, load_streams  # noqa: E402
 
 
 @dataclass
@@ -55,6 +61,7 @@ class Positions:
 
     Attributes:
       hidden: ``(N, D)`` the LM's final hidden state at each position.
+      inputs: ``(N, D)`` the LM's decoder input at each position (token embedding plus conditioning).
       tokens: ``(N,)`` the input token at each position.
       slots: ``(N,)`` the grammar slot of the token each position predicts.
       remaining: ``(N,)`` positions left in the clip after this one (a head reading ``t`` needs
@@ -62,6 +69,7 @@ class Positions:
     """
 
     hidden: torch.Tensor
+    inputs: torch.Tensor
     tokens: torch.Tensor
     slots: torch.Tensor
     remaining: torch.Tensor
@@ -75,16 +83,20 @@ def lm_positions(model: CodecLM, examples: list[Example], batch_clips: int = 8) 
     """The frozen LM's hidden states over whole clips (batched by similar length)."""
     order = sorted(range(len(examples)), key=lambda i: examples[i].inputs.shape[0])
     hidden: list[torch.Tensor] = [torch.empty(0)] * len(examples)
+    inputs: list[torch.Tensor] = [torch.empty(0)] * len(examples)
     for a in range(0, len(order), batch_clips):
         chosen = [examples[i] for i in order[a:a + batch_clips]]
         batch = collate(chosen)
         states = model.encode_units(batch["units"], batch["unit_padding"])
         positions = torch.arange(batch["tokens"].shape[1])
-        h = model.decode(batch["tokens"], model.condition(states, batch["features"]), positions)
+        conditioning = model.condition(states, batch["features"])
+        h = model.decode(batch["tokens"], conditioning, positions)
+        x = model.token_embedding(batch["tokens"]) + conditioning  # what decode() adds up first
         for j, e in enumerate(chosen):
             hidden[order[a + j]] = h[j, : e.inputs.shape[0]].clone()
+            inputs[order[a + j]] = x[j, : e.inputs.shape[0]].clone()
     remaining = [torch.arange(e.inputs.shape[0] - 1, -1, -1) for e in examples]
-    return Positions(hidden=torch.cat(hidden), tokens=torch.cat([e.inputs for e in examples]),
+    return Positions(hidden=torch.cat(hidden), inputs=torch.cat(inputs), tokens=torch.cat([e.inputs for e in examples]),
                      slots=torch.cat([e.features[:, 1] for e in examples]), remaining=torch.cat(remaining))
 
 
@@ -94,41 +106,64 @@ def lm_log_probs(model: CodecLM, data: Positions, rows: torch.Tensor, temperatur
         return torch.log_softmax(model.logits(data.hidden[rows], data.slots[rows]) / temperature, dim=-1)
 
 
-def head_inputs(model: CodecLM, data: Positions, rows: torch.Tensor, depth: int) -> torch.Tensor:
-    """Embeddings ``(n, depth, D)`` of the tokens at ``rows + 1 .. rows + depth``."""
+def head_inputs(model: CodecLM, data: Positions, rows: torch.Tensor, depth: int, decoder_inputs: bool) -> torch.Tensor:
+    """What the heads read ``(n, depth, D)`` of the tokens at ``rows + 1 .. rows + depth``: their
+    embeddings, or with ``decoder_inputs`` the LM's decoder inputs there (``MTPConfig.decoder_inputs``)."""
+    following = rows[:, None] + 1 + torch.arange(depth)
+    if decoder_inputs:
+        return data.inputs[following]
     with torch.no_grad():
-        following = data.tokens[rows[:, None] + 1 + torch.arange(depth)]
-        return model.token_embedding(following)
+        return model.token_embedding(data.tokens[following])
 
 
-def distillation_loss(heads: MTPHeads, model: CodecLM, data: Positions, rows: torch.Tensor) -> tuple[torch.Tensor, list[float]]:
+def head_log_probs(model: CodecLM, data: Positions, logits: torch.Tensor, rows: torch.Tensor, temperature: float) -> torch.Tensor:
+    """A head's log-probabilities over the tokens the grammar allows at ``rows`` (as drafting
+    scores them: only the slot's codebook), at ``temperature`` (0: 1)."""
+    masked = logits.float() / (temperature or 1.0) + model.slot_mask[data.slots[rows]]
+    return torch.log_softmax(masked, dim=-1)
+
+
+def distillation_loss(heads: MTPHeads, model: CodecLM, data: Positions, rows: torch.Tensor, *,
+                      target_temperature: float = 1.0) -> tuple[torch.Tensor, list[float]]:
     """Mean over heads of the cross-entropy from the LM's distribution to each head's.
 
-    ``rows`` must leave every head a target in the same clip (``remaining >= num_heads``).
+    ``target_temperature`` 0 trains each head on the LM's argmax (what greedy verification keeps);
+    otherwise on the LM's distribution at that temperature. ``rows`` must leave every head a
+    target in the same clip (``remaining >= num_heads``).
     """
     k = heads.config.num_heads
-    logits = heads(data.hidden[rows], head_inputs(model, data, rows, k))  # (k, n, V)
+    logits = heads(data.hidden[rows], head_inputs(model, data, rows, k, heads.config.decoder_inputs))  # (k, n, V)
     losses = []
     for i in range(k):
-        target = lm_log_probs(model, data, rows + 1 + i).exp()
-        log_q = torch.log_softmax(logits[i].float(), dim=-1)
-        losses.append(-(target * log_q).sum(-1).mean())
+        log_q = head_log_probs(model, data, logits[i], rows + 1 + i, 1.0)
+        if target_temperature == 0:
+            with torch.no_grad():
+                best = model.logits(data.hidden[rows + 1 + i], data.slots[rows + 1 + i]).argmax(-1)
+            losses.append(F.nll_loss(log_q, best))
+        else:
+            target = lm_log_probs(model, data, rows + 1 + i, target_temperature).exp()
+            losses.append(-(target * log_q.clamp(min=-1e4)).sum(-1).mean())
     return torch.stack(losses).mean(), [float(x.detach()) for x in losses]
 
 
 @torch.no_grad()
 def acceptance(heads: MTPHeads, model: CodecLM, data: Positions, *, temperature: float, batch: int = 4096) -> list[float]:
-    """Per head, the teacher-forced speculative-sampling acceptance ``E[sum min(p_T, q_T)]``."""
+    """Per head, the teacher-forced speculative acceptance: ``E[sum min(p_T, q_T)]`` when sampling,
+    at temperature 0 how often the head's argmax is the LM's (what greedy verification keeps)."""
     k = heads.config.num_heads
     rows_all = torch.nonzero(data.remaining >= k).squeeze(1)
     totals = torch.zeros(k, dtype=torch.float64)
     for a in range(0, rows_all.shape[0], batch):
         rows = rows_all[a:a + batch]
-        logits = heads(data.hidden[rows], head_inputs(model, data, rows, k))
+        logits = heads(data.hidden[rows], head_inputs(model, data, rows, k, heads.config.decoder_inputs))
         for i in range(k):
-            p = lm_log_probs(model, data, rows + 1 + i, temperature).exp()
-            q = torch.softmax(logits[i].float() / temperature, dim=-1)
-            totals[i] += torch.minimum(p, q).sum(-1).double().sum()
+            q = head_log_probs(model, data, logits[i], rows + 1 + i, temperature)
+            if temperature == 0:
+                best = model.logits(data.hidden[rows + 1 + i], data.slots[rows + 1 + i]).argmax(-1)
+                totals[i] += (q.argmax(-1) == best).double().sum()
+            else:
+                p = lm_log_probs(model, data, rows + 1 + i, temperature).exp()
+                totals[i] += torch.minimum(p, q.exp()).sum(-1).double().sum()
     return (totals / max(1, rows_all.shape[0])).tolist()
 
 
@@ -144,16 +179,20 @@ def chain_length(rates: list[float]) -> float:
 RESULTS_HEADING = "## Draft heads (stage 4)"
 
 
-def write_results(path: Path, mtp: MTPConfig, step: int, valid: dict, *, temperature: float, size_mb: float) -> None:
+def write_results(path: Path, mtp: MTPConfig, step: int, valid: dict, *, temperature: float, size_mb: float,
+                  source: str) -> None:
     """Replace (or append) the draft-heads section of the recipe's RESULTS.md."""
     rates = valid["acceptance"]
+    measure = ("greedy decoding (how often a head's argmax is the LM's, the chance the verifier keeps a "
+               "drafted token)" if temperature == 0 else
+               f"speculative sampling at temperature {temperature} (`sum min(p, q)`, the chance the verifier "
+               "keeps a drafted token)")
     section = "\n".join([
         RESULTS_HEADING, "",
         f"{mtp.num_heads} sequentially dependent MTP heads (inner width {mtp.inner_size}, the whole "
-        f"{mtp.draft_vocab_size}-token vocabulary), {step} steps of self-distillation on the frozen voice; "
-        f"{size_mb:.1f} MB (float16).", "",
-        f"Teacher-forced acceptance of speculative sampling at temperature {temperature} on the validation "
-        "sentences (`sum min(p, q)`, the chance the verifier keeps a drafted token):", "",
+        f"{mtp.draft_vocab_size}-token vocabulary), {step} steps of self-distillation on the frozen voice "
+        f"({source}); {size_mb:.1f} MB (float16).", "",
+        f"Teacher-forced acceptance of {measure} on the validation sentences:", "",
         "| head | drafts token | acceptance |", "|---|---|---|",
         *[f"| {i} | t + {i + 2} | {r:.3f} |" for i, r in enumerate(rates)], "",
         f"A chain of all heads would keep {valid['chain_length']:.2f} tokens per decoder pass if acceptances were "
@@ -178,17 +217,25 @@ def learning_rate(step: int, *, peak: float, warmup: int, total: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--voice", required=True, type=Path, help="the voice file the heads draft for")
-    parser.add_argument("--data-dir", required=True, type=Path)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data-dir", type=Path, help="prepare.py's shards: Piper's codes, teacher-forced")
+    source.add_argument("--streams-dir", type=Path, help="greedy_streams.py's shards: the voice's own greedy streams")
     parser.add_argument("--exp-dir", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path, help="where the trained heads are written")
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--num-heads", type=int, default=4)
     parser.add_argument("--inner-size", type=int, default=256,
                         help="width of each head's MLP (1024 drafts better but costs more per drafted token than it saves on 2 cores)")
+    parser.add_argument("--decoder-inputs", action=argparse.BooleanOptionalAction, default=True,
+                        help="heads read the LM's decoder inputs (token embedding plus the phoneme, slot and frame "
+                             "conditioning) of the tokens before their own, not bare token embeddings")
     parser.add_argument("--batch", type=int, default=2048, help="positions per step")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--warmup", type=int, default=100)
-    parser.add_argument("--temperature", type=float, default=0.5, help="sampling temperature the acceptance is measured at")
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="decoding temperature the acceptance is measured at (0: greedy, burble's default)")
+    parser.add_argument("--target-temperature", type=float, default=0.0,
+                        help="the LM distribution the heads learn: at this temperature, 0 its argmax")
     parser.add_argument("--checkpoint-every", type=int, default=250)
     parser.add_argument("--validate-every", type=int, default=500)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
@@ -208,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resuming from step {state['step']}", flush=True)
     else:
         mtp = MTPConfig(hidden_size=config.width, num_heads=args.num_heads, inner_size=args.inner_size,
-                        draft_vocab_size=config.vocab_size, target=f"codec-lm:{args.voice.name}")
+                        draft_vocab_size=config.vocab_size, target=f"codec-lm:{args.voice.name}",
+                        decoder_inputs=args.decoder_inputs)
     torch.manual_seed(0)
     heads = MTPHeads(mtp, torch.arange(config.vocab_size))
     heads.init_projection(model.output.weight)
@@ -221,8 +269,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if step < args.steps:  # a finished run goes straight to the export
         started = time.perf_counter()
-        train = lm_positions(model, load_examples(args.data_dir, "train", config))
-        valid = lm_positions(model, load_examples(args.data_dir, "valid", config))
+        load = (lambda split: load_examples(args.data_dir, split, config)) if args.data_dir else \
+            (lambda split: load_streams(args.streams_dir, split, config))
+        train = lm_positions(model, load("train"))
+        valid = lm_positions(model, load("valid"))
         print(f"hidden states of {len(train)} training and {len(valid)} validation positions in "
               f"{time.perf_counter() - started:.0f} s", flush=True)
         usable = torch.nonzero(train.remaining >= mtp.num_heads).squeeze(1)
@@ -249,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = usable[torch.from_numpy(rng.integers(0, usable.shape[0], args.batch))]
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, peak=args.lr, warmup=args.warmup, total=args.steps)
-        loss, per_head = distillation_loss(heads, model, train, rows)
+        loss, per_head = distillation_loss(heads, model, train, rows, target_temperature=args.target_temperature)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(heads.parameters(), 1.0)
@@ -276,7 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     last = next((e["valid"] for e in reversed(log) if "valid" in e), None)
     (args.exp_dir / "summary.json").write_text(json.dumps({"step": step, "valid": last, "config": mtp.__dict__}, indent=1))
     if args.results is not None and last is not None:
-        write_results(args.results, mtp, step, last, temperature=args.temperature, size_mb=args.out.stat().st_size / 1e6)
+        source = ("the LM's argmax over its own greedy streams" if args.streams_dir and args.target_temperature == 0
+                  else f"its distribution at T={args.target_temperature} over "
+                  + ("its own greedy streams" if args.streams_dir else "Piper's clips"))
+        write_results(args.results, mtp, step, last, temperature=args.temperature, size_mb=args.out.stat().st_size / 1e6,
+                      source=source)
     print(f"{args.out}: {args.out.stat().st_size / 1e6:.1f} MB; validation acceptance at T={args.temperature}: "
           f"{[round(r, 3) for r in last['acceptance']] if last else '-'}", flush=True)
     return 0
