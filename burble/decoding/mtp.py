@@ -140,10 +140,7 @@ class DraftHead(nn.Module):
             reads memory ``g``. Without ``segments`` all rows read memory 0.
         """
         x = torch.cat([hidden, embeddings.flatten(1)], dim=-1)
-        # Functional calls, not the submodules': drafting runs this once per drafted token, where
-        # two module dispatches cost about as much as the matrix products.
-        inner = nn.functional.silu(nn.functional.linear(x, self.up.weight, self.up.bias))
-        state = hidden + nn.functional.linear(inner, self.down.weight, self.down.bias)
+        state = self.mlp_state(hidden, x)
         if not self.memory_heads or memory is None:
             return state
         keys, values = memory
@@ -157,6 +154,14 @@ class DraftHead(nn.Module):
             row += size
         attended = torch.cat(outputs, dim=1).transpose(0, 1).reshape(n, dim)
         return state + self.out(attended)
+
+    def mlp_state(self, hidden: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The MLP part of :meth:`forward` on ``x = [h; e_1 .. e_i]`` ``(N, (1 + i) D)`` laid out
+        already (drafting writes each new input into one buffer instead of concatenating)."""
+        # Functional calls, not the submodules': drafting runs this once per drafted token, where
+        # two module dispatches cost about as much as the matrix products.
+        inner = nn.functional.silu(nn.functional.linear(x, self.up.weight, self.up.bias))
+        return hidden + nn.functional.linear(inner, self.down.weight, self.down.bias)
 
 
 class MTPHeads(nn.Module):
@@ -239,25 +244,37 @@ class MTPHeads(nn.Module):
           ``(target token ids, the distributions choose returned)``.
         """
         k = min(k, len(self.heads))
-        hidden = hidden.reshape(1, -1).to(self.projection.weight.dtype)
-        context = embed(torch.tensor([token], device=hidden.device)).to(hidden.dtype)[None]  # (1, 1, D)
+        dim = hidden.numel()
+        hidden = hidden.reshape(1, dim).to(self.projection.weight.dtype)
+        # x = [h; e_0; e_1 ..]: head i reads its first (2 + i) D columns. One buffer with each new
+        # input copied into place, not a concatenation per drafted token: at one row a drafted
+        # token's cost is mostly the dispatch of its few small ops.
+        x = hidden.new_empty(1, dim * (1 + k))
+        x[:, :dim] = hidden
+        x[:, dim : 2 * dim] = embed(torch.tensor([token], device=hidden.device))
+        ids = self.draft_id_list()
+        weight = self.projection.weight
         drafted: list[int] = []
         dists: list[torch.Tensor] = []
         for i in range(k):
             lo, hi = self.rows_of_ids(allowed(drafted) if allowed is not None else None)
             if hi <= lo:
                 break
-            state = self.heads[i](hidden, context, memory)
-            logits = nn.functional.linear(state, self.projection.weight[lo:hi])[0].float()
+            head = self.heads[i]
+            if head.memory_heads and memory is not None:
+                state = head(hidden, x[:, dim : dim * (2 + i)].view(1, 1 + i, dim), memory)
+            else:
+                state = head.mlp_state(hidden, x[:, : dim * (2 + i)])
+            logits = nn.functional.linear(state, weight[lo:hi])[0].float()
             row, dist = choose(logits, drafted, lo)
             if row < 0:
                 break
-            drafted.append(self.draft_id_list()[row])
+            drafted.append(ids[row])
             if dist is not None:
                 dists.append(dist)
             if drafted[-1] == stop_token or i == k - 1:
                 break
-            context = torch.cat([context, embed(torch.tensor([drafted[-1]], device=hidden.device)).to(hidden.dtype)[None]], dim=1)
+            x[:, dim * (2 + i) : dim * (3 + i)] = embed(torch.tensor([drafted[-1]], device=hidden.device))
         return drafted, dists
 
     def rows_of_ids(self, ids: Optional[tuple[int, int]]) -> tuple[int, int]:

@@ -127,6 +127,27 @@ def test_sampled_drafts_hand_their_q_to_the_verifier():
         assert not torch.allclose(draft.probs[0], _sampling_rule(full, None), atol=1e-3)
 
 
+def test_a_drafted_chain_is_what_the_training_forward_picks_at_every_depth():
+    """Drafting lays ``[h; e_0 .. e_i]`` out in one buffer; head ``i`` must read exactly what the
+    teacher-forced forward (training) gives it: the verified token, then the heads' own picks."""
+    model = HiddenTableModel(V, seed=3)
+    model.forward(torch.tensor([[1, 2]]), model.new_cache(1, 16))
+    hidden = model.embed_tokens(torch.tensor([2]))  # the state of token 2 (HiddenTableModel: its embedding)
+    shifted_differs = False
+    for seed in range(4):
+        heads = random_heads(seed, num_heads=4)
+        draft = MTPDrafter(model, heads).propose([1, 2, 3], 4, None).tokens
+        assert len(draft) == 4
+        chain = [3] + draft
+        with torch.no_grad():
+            picks = heads(hidden, model.embed_tokens(torch.tensor([chain[:4]])))[:, 0].argmax(-1)
+            # Control: the context one token off (what a misplaced buffer slot would feed).
+            shifted = heads(hidden, model.embed_tokens(torch.tensor([chain[1:5]])))[:, 0].argmax(-1)
+        assert heads.draft_ids[picks].tolist() == draft
+        shifted_differs |= heads.draft_ids[shifted].tolist() != draft
+    assert shifted_differs
+
+
 class _PlainRule:
     """``_sampling_rule`` declaring itself a plain temperature (as ``generate.TargetRuleOf`` does)."""
 

@@ -126,6 +126,22 @@ def test_draft_inputs_are_what_the_decoder_adds_up_at_those_positions(model):
     assert not torch.allclose(model.token_embedding(torch.tensor(stream[6:9])), decoder_inputs[6:9])
 
 
+def test_draft_inputs_follow_the_model_weights_from_one_session_to_the_next():
+    """The host copy of the input embeddings is shared by a model's sessions: a later session of
+    a model whose weights changed in between reads the new weights, not the stale copy."""
+    torch.manual_seed(0)
+    model = CodecLM(CONFIG).eval()
+    stream = token_stream(CONFIG, [2, 1], np.zeros((2, 3), dtype=np.int64))
+    before = CodecLMSession(model, [1, 2])
+    before.new_cache(1, 64)
+    first = before.draft_inputs(stream[:4], 2)
+    with torch.no_grad():
+        model.slot_embedding.weight.add_(1.0)
+    after = CodecLMSession(model, [1, 2])
+    after.new_cache(1, 64)
+    assert torch.allclose(after.draft_inputs(stream[:4], 2), first + 1.0, atol=1e-5)
+
+
 def test_generation_through_the_shared_loop_gives_a_well_formed_stream(model):
     units = [1, 4, 5, 6, 2]
     session = CodecLMSession(model, units)
