@@ -17,7 +17,9 @@
 #               -> burble/tts/weights/<name>.mtp.safetensors (burble speak --speculative mtp)
 #
 # Data (3500 sentences, 5.3 h of speech) takes ~25 min on 2 cores, training (2000 steps) ~70 min,
-# the draft heads' streams (3000 sentences) ~30 min and their training (1500 steps) ~20 min.
+# the draft heads' streams (3000 sentences) ~30 min and their training (3000 steps) ~27 min. (The
+# shipped heads trained 1500 steps and were then resumed to 3000: teacher-forced acceptance
+# 0.52-0.54 -> 0.535-0.555 per head, mean accepted length in decoding 2.01 -> 2.04 on LJ lines.)
 set -euo pipefail
 
 stage=0
@@ -25,7 +27,7 @@ stop_stage=100
 clips=3500
 heldout=40
 steps=2000
-head_steps=1500
+head_steps=3000
 stream_sentences=3000
 books=2
 name=joe
@@ -45,7 +47,7 @@ while [ $# -gt 0 ]; do
     --name) name=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --cache) cache=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
