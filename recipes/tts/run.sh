@@ -17,9 +17,9 @@
 #               -> burble/tts/weights/<name>.mtp.safetensors (burble speak --speculative mtp)
 #
 # Data (3500 sentences, 5.3 h of speech) takes ~25 min on 2 cores, training (2000 steps) ~70 min,
-# the draft heads' streams (3000 sentences) ~30 min and their training (6000 steps) ~50 min. (The
-# shipped heads trained 1500 steps and were then resumed to 3000 and to 6000: teacher-forced
-# acceptance 0.52-0.54 -> 0.55-0.57 per head, mean accepted length on LJ lines 2.01 -> 2.09.)
+# the draft heads' streams (3000 sentences) ~30 min and their training (12000 steps) ~110 min. (The
+# shipped heads trained 1500 steps and were then resumed to 3000, 6000 and 12000, the learning
+# rate jumping back up at each: teacher-forced acceptance 0.52-0.54 -> 0.56-0.58 per head.)
 set -euo pipefail
 
 stage=0
@@ -27,7 +27,7 @@ stop_stage=100
 clips=3500
 heldout=40
 steps=2000
-head_steps=6000
+head_steps=12000
 stream_sentences=3000
 books=2
 name=joe

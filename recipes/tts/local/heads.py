@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--streams-dir", type=Path, help="greedy_streams.py's shards: the voice's own greedy streams")
     parser.add_argument("--exp-dir", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path, help="where the trained heads are written")
-    parser.add_argument("--steps", type=int, default=6000)
+    parser.add_argument("--steps", type=int, default=12000)
     parser.add_argument("--num-heads", type=int, default=4)
     parser.add_argument("--inner-size", type=int, default=256,
                         help="width of each head's MLP (1024 drafts better but costs more per drafted token than it saves on 2 cores)")
