@@ -1,8 +1,9 @@
 #!/usr/bin/env python
-"""The codec against the original audio and the vocoder's copy-synthesis (its ceiling), one run.
+"""The codec (or several, side by side) against the original audio and the vocoder's
+copy-synthesis (its ceiling), one run.
 
 Rows: the original; copy-synthesis of the original's log-mel through each vocoder compared
-(``--vocoders``: the codec's own first); the codec at 1/2/4/8 books (whole-file encode and decode,
+(``--vocoders``: the codec's own first); each codec at 1/2/4/8 books (whole-file encode and decode,
 its own vocoder); the codec at its default books through each other vocoder; and the default
 books streamed (``stream_encoder`` in 20 ms pieces, ``stream_decoder`` one code frame at a time,
 the exact streaming vocoder) through each vocoder. Columns: bitrate, PESQ-wb and STOI
@@ -17,7 +18,8 @@ rooms and microphones; how far the codec generalises beyond its training voice).
 
 Usage::
 
-    python benchmarks/codec.py                 # appended to BENCHMARKS.md
+    python benchmarks/codec.py                 # the default codec, appended to BENCHMARKS.md
+    python benchmarks/codec.py --codec mel-43hz,mel-21hz --vocoders low-latency --clips 20
     python benchmarks/codec.py --quick         # 4 clips per set, tiny.en only, print only
 """
 
@@ -90,7 +92,8 @@ def stream(codec, audio: np.ndarray, books: int, piece: int) -> tuple[np.ndarray
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--codec", default="mel-21hz")
+    parser.add_argument("--codec", default=None,
+                        help="the codec, or several side by side (comma-separated; default: burble's default codec)")
     parser.add_argument("--vocoders", default="low-latency,universal",
                         help="vocoders compared (burble.codecs.vocoder.available_vocoders()); the first is the codec's")
     parser.add_argument("--data-dir", type=Path, default=Path.home() / ".cache" / "burble" / "codec" / "data")
@@ -106,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import burble
     from burble.audio.resample import resample
-    from burble.codecs import load
+    from burble.codecs import DEFAULT_CODEC, load
     from burble.codecs.mel import SAMPLE_RATE, log_mel
     from burble.codecs.vocoder import vocode
     from burble.metrics.wer import corpus_word_errors
@@ -116,19 +119,24 @@ def main(argv: list[str] | None = None) -> int:
     clips = 4 if args.quick else args.clips
     judges = ["tiny.en"] if args.quick else args.judges.split(",")
     vocoders = args.vocoders.split(",")
-    codecs = {v: load(args.codec, vocoder=v) for v in vocoders}
-    codec = codecs[vocoders[0]]
-    config = codec.config
+    names = (args.codec or DEFAULT_CODEC).split(",")
+    codecs = {(c, v): load(c, vocoder=v) for c in names for v in vocoders}
     asr = {name: burble.load_model(name) for name in judges}
     sets = {"held-out Piper": heldout_piper(args.data_dir, clips), "dev speech (real)": dev_speech(clips)}
-    books_rows = [b for b in (1, 2, 4, 8) if b <= config.num_books]
-    default = codec.default_books
-    copy_rows = {f"copy-synthesis ({v})": v for v in vocoders}
-    other_rows = {f"codec {default} books ({v})": v for v in vocoders[1:]}
-    streamed = {f"codec {default} books, streamed ({v})": v for v in vocoders}
-    systems = (["original", *copy_rows] + [f"codec {b} books" for b in books_rows] + list(other_rows) + list(streamed))
-    latency_ms = {s: 1000 * codecs[streamed.get(s, other_rows.get(s, vocoders[0]))].algorithmic_latency() / SAMPLE_RATE
-                  for s in systems}
+    # every row: (codec name, books, vocoder, how): "copy" (no codec), "whole" or "streamed"
+    rows_of: dict[str, tuple] = {"original": (None, None, None, "original")}
+    rows_of.update({f"copy-synthesis ({v})": (names[0], None, v, "copy") for v in vocoders})
+    for c in names:
+        label = "codec" if len(names) == 1 else c
+        config, default = codecs[c, vocoders[0]].config, codecs[c, vocoders[0]].default_books
+        rows_of.update({f"{label} {b} books": (c, b, vocoders[0], "whole") for b in (1, 2, 4, 8) if b <= config.num_books})
+        rows_of.update({f"{label} {default} books ({v})": (c, default, v, "whole") for v in vocoders[1:]})
+        rows_of.update({f"{label} {default} books, streamed ({v})": (c, default, v, "streamed") for v in vocoders})
+    systems = list(rows_of)
+    latency_ms = {s: 1000 * codecs[c, v].algorithmic_latency() / SAMPLE_RATE
+                  for s, (c, b, v, how) in rows_of.items() if b is not None}
+    # clips are cut to whole code frames of every codec compared
+    frame = max(codecs[c, vocoders[0]].samples_per_frame for c in names)
 
     sections = []
     for set_name, items in sets.items():
@@ -136,34 +144,28 @@ def main(argv: list[str] | None = None) -> int:
                    "hyp": {j: [] for j in judges}} for s in systems}
         seconds = 0.0
         for n, (clip_id, text, audio) in enumerate(items):
-            audio = audio[: audio.size // codec.samples_per_frame * codec.samples_per_frame]
+            audio = audio[: audio.size // frame * frame]
             seconds += audio.size / SAMPLE_RATE
             ref16 = resample(audio, SAMPLE_RATE, 16000)
             ref_mel = log_mel(audio)
             outputs: dict[str, np.ndarray] = {"original": audio}
-            for name, v in copy_rows.items():
+            for name, (c, books, v, how) in rows_of.items():
+                codec, a = codecs.get((c, v)), acc[name]
                 t0 = time.perf_counter()
-                outputs[name] = vocode(codecs[v].vocoder, ref_mel).numpy()
-                acc[name]["dec"] += time.perf_counter() - t0
-            for b in books_rows:
-                name = f"codec {b} books"
-                t0 = time.perf_counter()
-                codes = codec.encode(audio, SAMPLE_RATE, books=b)
-                t1 = time.perf_counter()
-                outputs[name] = codec.decode(codes)
-                acc[name]["enc"] += t1 - t0
-                acc[name]["dec"] += time.perf_counter() - t1
-                acc[name]["codes"].append(codes)
-            codes = codec.encode(audio, SAMPLE_RATE)
-            for name, v in other_rows.items():
-                t0 = time.perf_counter()
-                outputs[name] = codecs[v].decode(codes)
-                acc[name]["dec"] += time.perf_counter() - t0
-            for name, v in streamed.items():
-                t0 = time.perf_counter()
-                outputs[name], steps = stream(codecs[v], audio, default, piece=441)
-                acc[name]["dec"] += time.perf_counter() - t0  # encode + decode, streamed
-                acc[name]["steps"] += steps
+                if how == "copy":
+                    outputs[name] = vocode(codec.vocoder, ref_mel).numpy()
+                elif how == "whole":
+                    codes = codec.encode(audio, SAMPLE_RATE, books=books)
+                    t1 = time.perf_counter()
+                    outputs[name] = codec.decode(codes)
+                    a["enc"] += t1 - t0
+                    a["codes"].append(codes)
+                    t0 = t1
+                elif how == "streamed":
+                    outputs[name], steps = stream(codec, audio, books, piece=441)
+                    a["steps"] += steps  # the dec column: encode + decode, streamed
+                if how != "original":
+                    a["dec"] += time.perf_counter() - t0
             for system, out in outputs.items():
                 out = out[: audio.size]
                 out16 = resample(out, SAMPLE_RATE, 16000)
@@ -182,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for system in systems:
             a = acc[system]
-            books = int(system.split()[1]) if system.startswith("codec ") else None
+            c, books, v, how = rows_of[system]
+            config = codecs[c, v].config if c else None
             usage = code_entropy(a["codes"], books, config.codebook_size) if a["codes"] else None
             wers = [f"{100 * corpus_word_errors(a['hyp'][j]).rate:.1f}%" for j in judges]
             p95 = 1000 * float(np.percentile(a["steps"], 95)) if a["steps"] else None
@@ -201,9 +204,12 @@ def main(argv: list[str] | None = None) -> int:
         header = ["system", "bit/s", "PESQ-wb", "STOI", "mel dist", *[f"WER {j}" for j in judges],
                   "codes used / entropy", "encode RTF", "decode RTF", "latency ms (alg / measured)"]
         sections.append(f"**{set_name}**: {len(items)} clips, {seconds:.0f} s\n\n" + markdown_table(header, rows))
-    reach = ", ".join(f"{v} {codecs[v].vocoder.right_reach()}" for v in vocoders)
-    body = (f"Codec `{codec.name}`: {config.frame_rate:.2f} Hz code frames, {config.num_books} books of "
-            f"{config.codebook_size}, default {default} books; vocoders: {', '.join(vocoders)} (HiFi-GAN V1; "
+    reach = ", ".join(f"{v} {codecs[names[0], v].vocoder.right_reach()}" for v in vocoders)
+    described = "; ".join(
+        f"`{c}`: {codecs[c, vocoders[0]].config.frame_rate:.2f} Hz code frames, {codecs[c, vocoders[0]].config.num_books} "
+        f"books of {codecs[c, vocoders[0]].config.codebook_size}, default {codecs[c, vocoders[0]].default_books} books"
+        for c in names)
+    body = (f"Codec{'s' if len(names) > 1 else ''} {described}; vocoders: {', '.join(vocoders)} (HiFi-GAN V1; "
             f"right reach in samples: {reach}); rows without a vocoder named use {vocoders[0]}. "
             f"PESQ/STOI/mel distance are against the original; decode RTF includes the vocoder; the streamed rows' "
             f"RTF is encode + decode, 20 ms of audio in and one code frame decoded per step, through the exact "

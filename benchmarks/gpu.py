@@ -347,8 +347,7 @@ def codec_rows(run: Run) -> list[dict[str, str]]:
     from burble.precision import dtype_name
 
     rows = []
-    names = codecs.available_codecs()
-    for name in names[:1]:
+    for name in [codecs.DEFAULT_CODEC]:
         codec = codecs.load(name, device=run.device, dtype=run.half)
         audio = run.clips[0].audio
         if run.dry_run:  # a CPU without native bfloat16 vocodes ~60x slower than real time

@@ -33,7 +33,7 @@ from burble.codecs.vocoder import ExactStreamingVocoder, HiFiGAN, StreamingVocod
 from burble.precision import native_bfloat16, torch_dtype
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
-DEFAULT_CODEC = "mel-21hz"
+DEFAULT_CODEC = "mel-43hz"
 SILENCE_PEAK = 1e-4  # below this peak (about -80 dBFS) there is nothing to encode
 N_FFT_REACH = 640  # mel frame i reads samples up to 256 i + 640 (HOP i - PAD + N_FFT)
 

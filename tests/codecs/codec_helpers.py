@@ -31,8 +31,9 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def build_random_codec(path: Path) -> Path:
-    """A ``MelCodec`` with seeded random weights saved with ``save_codec`` (what ``load`` reads)."""
+def build_random_codec(path: Path, config=None, *, default_books: int = 4) -> Path:
+    """A ``MelCodec`` (``config``, default ``CodecConfig()``: 21.5 Hz) with seeded random weights saved
+    with ``save_codec`` (what ``load`` reads)."""
     from burble.audio.io import load_audio
     from burble.codecs.codec import save_codec
     from burble.codecs.mel import log_mel
@@ -40,13 +41,13 @@ def build_random_codec(path: Path) -> Path:
 
     with one_thread(), torch.no_grad():
         torch.manual_seed(0)
-        model = MelCodec(CodecConfig()).eval()
+        model = MelCodec(config or CodecConfig()).eval()
         mel = log_mel(load_audio(JFK_WAV, 22050))
         model.mel_mean.copy_(mel.mean(1, keepdim=True))
         model.mel_std.copy_(mel.std(1, keepdim=True))
         latent = model.encoder(((mel - model.mel_mean) / model.mel_std)[None])
         model.quantizer.embed.normal_().mul_(latent.std())
-        save_codec(model, path)
+        save_codec(model, path, default_books=default_books)
     return path
 
 

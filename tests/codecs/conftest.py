@@ -38,6 +38,15 @@ def codec_path(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def codec43_path(tmp_path_factory) -> Path:
+    """A 43 Hz codec (one 2x stage, 512 samples a code frame; the shape of ``mel-43hz``)."""
+    from burble.codecs.model import CodecConfig
+
+    return build_random_codec(tmp_path_factory.mktemp("codec43") / "random43.safetensors",
+                              CodecConfig(down_stages=1, channels=(128, 256), decoder_units=5), default_books=2)
+
+
+@pytest.fixture(scope="session")
 def codec(codec_path):
     from burble.codecs.codec import load
 

@@ -74,9 +74,10 @@ def test_the_shipped_default_codec_loads_and_runs(speech):
     assert codec.config.bitrate(codec.default_books) <= 1000  # the default is the <= 1 kbps setting
     audio = speech[:22050]
     codes = codec.encode(audio, 22050)
-    assert codes.shape == (codec.default_books, 22)
+    frames = -(-22050 // codec.samples_per_frame)
+    assert codes.shape == (codec.default_books, frames)
     out = codec.decode(codes)
-    assert out.shape == (22 * SPF,) and np.isfinite(out).all()
+    assert out.shape == (frames * codec.samples_per_frame,) and np.isfinite(out).all()
     assert np.corrcoef(np.abs(out[:22050]), np.abs(audio))[0, 1] > 0  # something of the input survives
 
 
@@ -174,6 +175,27 @@ def test_stream_decoder_through_the_low_latency_vocoder_keeps_under_100_ms(codec
     assert out.shape == whole.shape and np.abs(out - whole).max() < 1e-4
     delay = arrival - np.arange(arrival.size)
     assert delay.max() == codec.algorithmic_latency() == 2106 < 0.1 * 22050
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_a_43_hz_codec_streams_exactly_under_100_ms(codec43_path, speech, seed):
+    """The shape of ``mel-43hz`` (512 samples a code frame): streamed encoding gives ``encode``'s
+    codes, streamed decoding ``decode``'s audio, and through ``low-latency`` the reconstruction
+    leaves at most ``algorithmic_latency()`` samples after the input (1594, 72.3 ms)."""
+    codec = load(str(codec43_path), vocoder="low-latency")
+    assert codec.samples_per_frame == 512 and codec.config.bitrate(codec.default_books) < 1000
+    audio = speech[:22050]
+    whole_codes = codec.encode(audio, 22050, books=8)
+    assert whole_codes.shape == (8, 44)
+    stream = codec.stream_encoder(22050, books=8)
+    rng = np.random.default_rng(seed)
+    pieces = [stream.push(audio[p]) for p in random_pieces(audio.size, rng, largest=700)]
+    assert np.array_equal(np.concatenate(pieces + [stream.flush()], axis=1), whole_codes)
+    whole = codec.decode(whole_codes)
+    out, mel, arrival = stream_through(codec, audio, lookahead=None)
+    assert out.shape == whole.shape == (44 * 512,) and np.abs(out - whole).max() < 1e-4
+    delay = arrival - np.arange(arrival.size)
+    assert delay.max() == codec.algorithmic_latency() == 1594 < 0.1 * 22050
 
 
 def test_stream_decoder_approximate_differs_only_in_the_vocoder(codec, short):

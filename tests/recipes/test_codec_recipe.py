@@ -102,6 +102,45 @@ def test_training_resumes_from_its_checkpoint_and_exports(tmp_path):
     assert torch.allclose(fitted.conv_pre.weight, state["model"]["conv_pre.weight"], rtol=1e-2, atol=1e-4)
 
 
+def test_training_takes_the_codec_shape_and_favoured_books_from_flags(tmp_path):
+    """What the mel-43hz preset passes: one 2x stage, its widths and decoder units, half the rows at 2 books."""
+    data, exp = tmp_path / "data", tmp_path / "exp"
+    data.mkdir()
+    _shard(data / "train_0000.safetensors", 4, seed=0)
+    _shard(data / "heldout_0000.safetensors", 2, seed=1)
+    done = subprocess.run(
+        [sys.executable, str(TRAIN), "--data-dir", str(data), "--exp-dir", str(exp), "--steps", "2", "--batch-size", "2",
+         "--segment", "16", "--warmup", "1", "--num-books", "4", "--codebook-size", "16", "--threads", "1",
+         "--down-stages", "1", "--channels", "32,48", "--decoder-units", "3", "--favoured-books", "2",
+         "--favoured-share", "0.5", "--dropout", "0.3"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    config = torch.load(exp / "checkpoint.pt", map_location="cpu", weights_only=False)["config"]
+    assert (config["down_stages"], config["channels"], config["decoder_units"]) == (1, [32, 48], 3)
+    too_much = subprocess.run([sys.executable, str(TRAIN), "--data-dir", str(data), "--exp-dir", str(tmp_path / "x"),
+                               "--favoured-share", "0.8", "--dropout", "0.3"], capture_output=True, text=True, timeout=120)
+    assert too_much.returncode == 2 and "at most 1" in too_much.stderr
+
+
+def test_book_counts_favour_what_they_are_told_and_repeat_per_step(monkeypatch):
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(TRAIN.parent))
+    spec = importlib.util.spec_from_file_location("codec_recipe_train", TRAIN)  # the MTP recipe has a train.py too
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    book_counts = module.book_counts
+
+    counts = torch.cat([book_counts(s, 16, 8, dropout=0.3, favoured=[2], favoured_share=0.5) for s in range(200)])
+    share = {b: float((counts == b).float().mean()) for b in range(1, 9)}
+    assert 0.50 < share[2] < 0.58 and 0.17 < share[8] < 0.25  # 0.5 + 0.3 / 8 and 0.2 + 0.3 / 8
+    assert all(0.02 < share[b] < 0.06 for b in (1, 3, 4, 5, 6, 7))  # 0.3 / 8 each
+    assert torch.equal(book_counts(7, 16, 8, dropout=0.3, favoured=[2], favoured_share=0.5),
+                       book_counts(7, 16, 8, dropout=0.3, favoured=[2], favoured_share=0.5))
+    # without favoured counts (the mel-21hz preset) a row gets a uniform 1..8 or all 8
+    plain = torch.cat([book_counts(s, 16, 8, dropout=0.6, favoured=[], favoured_share=0.0) for s in range(200)])
+    assert 0.42 < float((plain == 8).float().mean()) < 0.5  # 0.4 + 0.6 / 8
+
+
 def test_training_without_data_says_what_to_run(tmp_path):
     done = subprocess.run([sys.executable, str(TRAIN), "--data-dir", str(tmp_path), "--exp-dir", str(tmp_path / "exp"),
                            "--steps", "1"], capture_output=True, text=True, timeout=120)

@@ -1,18 +1,20 @@
 #!/usr/bin/env python
 """Stage 6 of the codec recipe: training curves and held-out mel distance per book count.
 
-Reads ``train.log`` (one JSON record per logged step) and writes ``report.png`` (loss terms and
-held-out mel L1 at 1/2/4/8 books over the steps) and a ``RESULTS.md`` table of the last
-evaluation; once stage 3 has run, ``RESULTS_decoder.md`` and ``report_decoder.png`` from
-``refine/train.log`` (held-out mel L1 per book count over the refinement, from the codec it
-started from); and once stage 4 has run, ``RESULTS_vocoder.md`` from the distilled vocoder's
-``vocoder/vocoder.pt`` (its held-out mel distance beside the pretrained generator's). Each part
+Reads the codec ``<name>``'s ``train.log`` (one JSON record per logged step) and writes
+``report_<name>.png`` (loss terms and held-out mel L1 at 1/2/4/8 books over the steps) and a
+``RESULTS_<name>.md`` table of the last evaluation; once stage 3 has run, ``RESULTS_decoder.md``
+and ``report_decoder.png`` from ``refine/train.log`` (held-out mel L1 per book count over the
+refinement, from the codec it started from); and once stage 4 has run, ``RESULTS_vocoder.md``
+from the distilled vocoder's ``vocoder.pt`` (its held-out mel distance beside the pretrained
+generator's). Each part
 is written when its input exists. Reconstruction quality as people judge it (PESQ, STOI, ASR WER
 of the decoded audio) is ``benchmarks/codec.py``'s job; its table goes to BENCHMARKS.md.
 
 Usage::
 
-    python recipes/codec/local/report.py --exp-dir exp/train --out-dir recipes/codec
+    python recipes/codec/local/report.py --exp-dir exp-mel-43hz --vocoder-dir vocoder --name mel-43hz \
+        --out-dir recipes/codec
 """
 
 from __future__ import annotations
@@ -89,15 +91,19 @@ def decoder_results(log: Path, out_dir: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--exp-dir", required=True, type=Path)
+    parser.add_argument("--vocoder-dir", type=Path, help="stage 4's directory (default: <exp-dir>/vocoder)")
+    parser.add_argument("--name", required=True, help="the codec's name (it names the files written)")
     parser.add_argument("--out-dir", required=True, type=Path)
     args = parser.parse_args(argv)
+    results, plot = f"RESULTS_{args.name}.md", f"report_{args.name}.png"
     wrote = decoder_results(args.exp_dir / "refine" / "train.log", args.out_dir)
-    wrote = vocoder_results(args.exp_dir / "vocoder" / "vocoder.pt", args.out_dir) or wrote
+    vocoder_dir = args.vocoder_dir or args.exp_dir / "vocoder"
+    wrote = vocoder_results(vocoder_dir / "vocoder.pt", args.out_dir) or wrote
     log = args.exp_dir / "train.log"
     records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.is_file() else []
     if not records:
         if wrote:
-            print(f"no codec training log in {args.exp_dir}: RESULTS.md left as it is")
+            print(f"no codec training log in {args.exp_dir}: {results} left as it is")
             return 0
         raise SystemExit(f"{args.exp_dir}/train.log is empty: run stage 1 first")
     evals = [r for r in records if any(k.startswith("mel_l1@") for k in r)]
@@ -118,17 +124,17 @@ def main(argv: list[str] | None = None) -> int:
     left.legend()
     plot_heldout(right, evals, books, xlabel="step", title="held-out Piper sentences")
     fig.tight_layout()
-    fig.savefig(args.out_dir / "report.png", dpi=110)
+    fig.savefig(args.out_dir / plot, dpi=110)
 
     last = evals[-1] if evals else {}
-    lines = ["# Codec recipe: results", "",
+    lines = [f"# Codec recipe: results ({args.name})", "",
              f"Last step {records[-1]['step']}; held-out mel distance (mean |log-mel error|, nats) at the last evaluation:",
              "", "| books | mel L1 |", "|---|---|"]
     lines += [f"| {b} | {last[f'mel_l1@{b}']:.3f} |" for b in books if f"mel_l1@{b}" in last]
-    lines += ["", "![training curves](report.png)", "",
+    lines += ["", f"![training curves]({plot})", "",
               "PESQ, STOI and ASR WER of the reconstructions: `python benchmarks/codec.py` (BENCHMARKS.md)."]
-    (args.out_dir / "RESULTS.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {args.out_dir / 'RESULTS.md'} and report.png")
+    (args.out_dir / results).write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.out_dir / results} and {plot}")
     return 0
 
 

@@ -6,7 +6,8 @@ The model is ``burble.codecs.model.MelCodec``. Every step takes ``batch_size`` r
 generator seeded with ``s``, so a resumed run sees exactly the data it would have seen). Loss:
 L1 + L2 on the normalised log-mel, L1 on its frame-to-frame differences (delta-mel: keeps onsets
 sharp), and the VQ commitment loss. Quantiser dropout: a row is coded with a uniform 1..n books
-with probability ``dropout``, else with all of them, so every prefix of books decodes.
+with probability ``dropout``, with one of ``--favoured-books`` (the bitrates the codec is used at)
+with probability ``--favoured-share``, else with all of them, so every prefix of books decodes.
 
 A checkpoint (model with its VQ statistics, optimiser, step) is written every ``save_every``
 steps and at the end; a rerun resumes from it. ``train.log`` gets one JSON line per logged step,
@@ -52,6 +53,24 @@ def sample_batch(mels: list[torch.Tensor], lengths: torch.Tensor, step: int, bat
     return torch.stack(out)
 
 
+def book_counts(step: int, batch_size: int, num_books: int, *, dropout: float, favoured: list[int],
+                favoured_share: float) -> torch.Tensor:
+    """How many books each row of step ``step``'s batch is coded with (quantiser dropout).
+
+    A row gets a uniform 1..``num_books`` with probability ``dropout``, one of ``favoured`` (the
+    bitrates the codec is meant for) with probability ``favoured_share``, else all the books. The
+    draws come from a generator seeded with the step, so a resumed run draws the same counts.
+    """
+    g = torch.Generator().manual_seed(10_000_000 + step)
+    draw = torch.rand(batch_size, generator=g)
+    books = torch.where(draw < dropout, torch.randint(1, num_books + 1, (batch_size,), generator=g),
+                        torch.full((batch_size,), num_books))
+    if favoured and favoured_share > 0:  # the top share of the draws: a favoured count
+        pick = torch.tensor(favoured)[torch.randint(0, len(favoured), (batch_size,), generator=g)]
+        books = torch.where(draw >= 1 - favoured_share, pick, books)
+    return books
+
+
 def losses(model: MelCodec, mel: torch.Tensor, books) -> dict[str, torch.Tensor]:
     out = model(mel, books)
     return {**reconstruction_losses(out.mel, mel, model.mel_std), "commit": out.commitment}
@@ -73,6 +92,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-books", type=int, default=8)
     parser.add_argument("--codebook-size", type=int, default=1024)
     parser.add_argument("--down-stages", type=int, default=2, help="2: 21.5 Hz code frames, 1: 43 Hz")
+    parser.add_argument("--channels", default="",
+                        help="conv widths per rate, finest first (default 128,192,256 cut to --down-stages + 1)")
+    parser.add_argument("--decoder-units", type=int, default=2, help="residual units per decoder rate")
+    parser.add_argument("--favoured-books", default="",
+                        help="book counts trained most (e.g. 4,2: the codec's default and the TTS model's)")
+    parser.add_argument("--favoured-share", type=float, default=0.0,
+                        help="share of rows coded with one of --favoured-books (with --dropout: at most 1)")
     parser.add_argument("--save-every", type=int, default=250)
     parser.add_argument("--eval-every", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
@@ -83,9 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     train = load_mels(args.data_dir, "train")[: args.clips]
     heldout = load_mels(args.data_dir, "heldout")[:20]
     lengths = torch.tensor([m.shape[1] for m in train])
-    channels = (128, 192, 256, 256)[: args.down_stages + 1]
+    if args.channels:
+        channels = tuple(int(c) for c in args.channels.split(","))
+    else:
+        channels = (128, 192, 256, 256)[: args.down_stages + 1]
+    if args.favoured_share + args.dropout > 1:
+        parser.error("--favoured-share + --dropout must be at most 1")
     config = CodecConfig(down_stages=args.down_stages, channels=channels, num_books=args.num_books,
-                         codebook_size=args.codebook_size)
+                         codebook_size=args.codebook_size, decoder_units=args.decoder_units)
     torch.manual_seed(0)
     model = MelCodec(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.8, 0.99), weight_decay=1e-4)
@@ -118,12 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     log = open(args.exp_dir / "train.log", "a")
     started, running = time.perf_counter(), RunningLog()
     first_step = step
+    favoured = [min(int(b), config.num_books) for b in args.favoured_books.split(",") if b]
     while step < args.steps:
         mel = sample_batch(train, lengths, step, args.batch_size, args.segment, config.hop)
-        g = torch.Generator().manual_seed(10_000_000 + step)
-        books = torch.where(torch.rand(args.batch_size, generator=g) < args.dropout,
-                            torch.randint(1, config.num_books + 1, (args.batch_size,), generator=g),
-                            torch.full((args.batch_size,), config.num_books))
+        books = book_counts(step, args.batch_size, config.num_books, dropout=args.dropout, favoured=favoured,
+                            favoured_share=args.favoured_share)
         parts = losses(model, mel, books)
         loss = parts["l1"] + parts["l2"] + parts["delta"] + args.commit_weight * parts["commit"]
         optimise(loss, list(model.parameters()), optimizer, schedule)
