@@ -347,7 +347,8 @@ def codec_rows(run: Run) -> list[dict[str, str]]:
     from burble.precision import dtype_name
 
     rows = []
-    for name in [codecs.DEFAULT_CODEC]:
+    names = [codecs.DEFAULT_CODEC] if codecs.DEFAULT_CODEC in codecs.available_codecs() else []
+    for name in names:
         codec = codecs.load(name, device=run.device, dtype=run.half)
         audio = run.clips[0].audio
         if run.dry_run:  # a CPU without native bfloat16 vocodes ~60x slower than real time
