@@ -9,7 +9,8 @@ up to its own last one, and a decoded mel frame only on the code frames up to it
 emits the ``hop`` mel frames of a code frame as soon as that frame arrives, so the codec adds no
 lookahead of its own. The frame rate is ``86.13 Hz / 2 ** down_stages`` (1 stage: 43 Hz, the
 default codec ``mel-43hz``; 2 stages: 21.5 Hz, ``mel-21hz``), and with ``b`` books of ``2 ** k``
-codes the bitrate is ``frame_rate * b * k`` (43 Hz, 2 books of 1024, or 21.5 Hz, 4 books: 861 bit/s).
+codes the bitrate is ``frame_rate * b * k`` (43 Hz, 2 books of 2048: 947 bit/s; 21.5 Hz, 4 books of
+1024: 861 bit/s).
 """
 
 from __future__ import annotations

@@ -8,15 +8,18 @@
 #
 # Presets (flags given after --preset override it):
 #   mel-43hz  43 Hz code frames, widths 128,256, 5 residual units per decoder rate from the start;
-#             half the rows coded with 2 books (its <= 1 kbps default, 861 bit/s); 7000 steps on
-#             all 3600 clips (~62 min); no stage 3
+#             7000 steps on all 3600 clips with books of 1024, half the rows coded with 2 books
+#             (~62 min); then a fine-tune of 4200 steps with every code split in two (books of
+#             2048), 70% of the rows coded with 2 books, its <= 1 kbps default (947 bit/s;
+#             ~45 min); no stage 3
 #   mel-21hz  21.5 Hz, widths 128,192,256, 2 units; 6000 steps on the first 1200 clips (~45 min),
 #             then stage 3 grows the decoder to 5 units on the frozen codes (7000 steps, ~35 min)
 #
 # Stages (re-runnable and resumable; --stage/--stop-stage select a range):
 #   0  data:    Piper-voiced LJ sentences at 22.05 kHz with their log-mels, in shards under
 #               $cache/data (a held-out slice of sentences too; finished shards are kept; ~16 min)
-#   1  train:   the codec (checkpoint: model with VQ statistics, optimiser, step; resumes)
+#   1  train:   the codec (checkpoint: model with VQ statistics, optimiser, step; resumes), then
+#               when --finetune-steps > 0 the fine-tune from it, under $exp/finetune (resumes too)
 #   2  export:  -> burble/codecs/weights/<name>.safetensors (what burble ships)
 #   3  refine:  (when --refine-steps > 0) grow the decoder to --decoder-units per rate and train it
 #               on the frozen codes, so the codes keep their meaning (checkpoint: decoder,
@@ -37,9 +40,11 @@ cache=""              # default: ~/.cache/burble/codec
 preset() {
   case "$1" in
     mel-43hz) name=mel-43hz down_stages=1 channels=128,256 train_clips=3600 steps=7000 first_units=5
-              favoured_books=2 favoured_share=0.5 dropout=0.3 default_books=2 refine_steps=0 decoder_units=5 ;;
+              favoured_books=2 favoured_share=0.5 dropout=0.3 default_books=2 refine_steps=0 decoder_units=5
+              finetune_steps=4200 finetune_codebook=2048 finetune_share=0.7 finetune_dropout=0.2 ;;
     mel-21hz) name=mel-21hz down_stages=2 channels=128,192,256 train_clips=1200 steps=6000 first_units=2
-              favoured_books="" favoured_share=0 dropout=0.6 default_books=4 refine_steps=7000 decoder_units=5 ;;
+              favoured_books="" favoured_share=0 dropout=0.6 default_books=4 refine_steps=7000 decoder_units=5
+              finetune_steps=0 finetune_codebook=1024 finetune_share=0 finetune_dropout=0 ;;
     *) echo "run.sh: unknown preset $1 (mel-43hz or mel-21hz)" >&2; exit 2 ;;
   esac
 }
@@ -55,6 +60,7 @@ while [ $# -gt 0 ]; do
     --heldout) heldout=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --refine-steps) refine_steps=$2; shift 2 ;;
+    --finetune-steps) finetune_steps=$2; shift 2 ;;
     --decoder-units) decoder_units=$2; shift 2 ;;
     --down-stages) down_stages=$2; shift 2 ;;
     --channels) channels=$2; shift 2 ;;
@@ -62,7 +68,7 @@ while [ $# -gt 0 ]; do
     --name) name=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --cache) cache=$2; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -90,12 +96,21 @@ if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
   $PYTHON "$recipe_dir/local/train.py" --data-dir "$cache/data" --exp-dir "$exp" --steps "$steps" \
     --clips "$train_clips" --down-stages "$down_stages" --channels "$channels" --decoder-units "$first_units" \
     --favoured-books "$favoured_books" --favoured-share "$favoured_share" --dropout "$dropout" --threads "$threads"
+  if [ "$finetune_steps" -gt 0 ]; then
+    log "stage 1: fine-tune $name with books of $finetune_codebook, $finetune_steps steps -> $exp/finetune"
+    $PYTHON "$recipe_dir/local/train.py" --data-dir "$cache/data" --exp-dir "$exp/finetune" --steps "$finetune_steps" \
+      --clips "$train_clips" --down-stages "$down_stages" --channels "$channels" --decoder-units "$first_units" \
+      --codebook-size "$finetune_codebook" --favoured-books "$favoured_books" --favoured-share "$finetune_share" \
+      --dropout "$finetune_dropout" --lr 5e-4 --warmup 100 --init-from "$exp/checkpoint.pt" --threads "$threads"
+  fi
 fi
+trained=$exp/checkpoint.pt
+if [ "$finetune_steps" -gt 0 ]; then trained=$exp/finetune/checkpoint.pt; fi
 
 if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
   log "stage 2: export -> burble/codecs/weights/$name.safetensors"
   rm -rf "$exp/refine"  # a refinement belongs to the codec it started from
-  $PYTHON "$recipe_dir/local/export.py" --checkpoint "$exp/checkpoint.pt" --out "$weights" \
+  $PYTHON "$recipe_dir/local/export.py" --checkpoint "$trained" --out "$weights" \
     --default-books "$default_books" --vocoder "$vocoder"
 fi
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import save_file
 
@@ -164,3 +165,54 @@ def test_a_grown_decoder_starts_as_the_decoder_it_grew_from(monkeypatch):
         assert torch.equal(grown.decoder(latent), base.decoder(latent))
         torch.nn.init.normal_(grown.decoder.convs[0][4].mix.weight, std=0.1)
         assert not torch.equal(grown.decoder(latent), base.decoder(latent))
+
+
+def _codec_train_module(monkeypatch):
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(TRAIN.parent))
+    spec = importlib.util.spec_from_file_location("codec_recipe_train", TRAIN)  # the MTP recipe has a train.py too
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_fine_tune_splits_every_code_and_starts_where_the_base_run_ended(tmp_path, monkeypatch):
+    """What the mel-43hz preset's fine-tune does: books of 16 grow to 32, each code a copy of a trained one
+    a small step away, so the codec decodes (nearly) as before; the fine-tune trains and resumes."""
+    data, exp = tmp_path / "data", tmp_path / "exp"
+    data.mkdir()
+    _shard(data / "train_0000.safetensors", 4, seed=0)
+    _shard(data / "heldout_0000.safetensors", 2, seed=1)
+    _train(data, exp, steps=2)
+    base_state = torch.load(exp / "checkpoint.pt", map_location="cpu", weights_only=False)
+
+    from burble.codecs.model import CodecConfig, MelCodec
+
+    module = _codec_train_module(monkeypatch)
+    base = MelCodec(CodecConfig.from_dict(base_state["config"])).eval()
+    base.load_state_dict(base_state["model"])
+    grown = MelCodec(CodecConfig.from_dict({**base_state["config"], "codebook_size": 32})).eval()
+    module.start_from(grown, exp / "checkpoint.pt")
+    old, new = base.quantizer.embed, grown.quantizer.embed
+    assert torch.equal(new[:, :16], old)
+    offset = (new[:, 16:] - old).norm(dim=2)
+    assert bool((offset > 0).all()) and float(offset.max()) < 0.1 * float(old.std(dim=1).norm(dim=1).max())
+    assert torch.allclose(grown.quantizer.usage.sum(1), base.quantizer.usage.sum(1))
+    assert torch.allclose(grown.quantizer.embed_sum / grown.quantizer.usage[..., None], new, atol=1e-5)
+    mel = torch.randn(1, 80, 32) - 5
+    before = base.decode(base.encode(mel, 2))
+    after = grown.decode(grown.encode(mel, 2))
+    assert (after - before).abs().mean() < 0.05 * (before - mel).abs().mean()  # the split barely moves the output
+    with pytest.raises(SystemExit, match="cannot grow"):
+        module.start_from(MelCodec(CodecConfig.from_dict({**base_state["config"], "codebook_size": 24})), exp / "checkpoint.pt")
+
+    command = [sys.executable, str(TRAIN), "--data-dir", str(data), "--exp-dir", str(exp / "finetune"), "--batch-size", "2",
+               "--segment", "16", "--save-every", "1", "--eval-every", "2", "--warmup", "1", "--num-books", "2",
+               "--codebook-size", "32", "--threads", "1", "--init-from", str(exp / "checkpoint.pt")]
+    done = subprocess.run(command + ["--steps", "1"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "started from" in done.stdout, done.stderr[-2000:]
+    again = subprocess.run(command + ["--steps", "2"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "resumed at step 1" in again.stdout, again.stderr[-2000:]
+    tuned = torch.load(exp / "finetune" / "checkpoint.pt", map_location="cpu", weights_only=False)
+    assert tuned["step"] == 2 and tuned["config"]["codebook_size"] == 32

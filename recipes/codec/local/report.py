@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Stage 6 of the codec recipe: training curves and held-out mel distance per book count.
 
-Reads the codec ``<name>``'s ``train.log`` (one JSON record per logged step) and writes
+Reads the codec ``<name>``'s ``train.log`` (one JSON record per logged step; a fine-tune's
+``finetune/train.log`` after it, its steps counted on from the base run's) and writes
 ``report_<name>.png`` (loss terms and held-out mel L1 at 1/2/4/8 books over the steps) and a
 ``RESULTS_<name>.md`` table of the last evaluation; once stage 3 has run, ``RESULTS_decoder.md``
 and ``report_decoder.png`` from ``refine/train.log`` (held-out mel L1 per book count over the
@@ -47,6 +48,11 @@ def vocoder_results(path: Path, out_dir: Path) -> bool:
     (out_dir / "RESULTS_vocoder.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {out_dir / 'RESULTS_vocoder.md'}")
     return True
+
+
+def read_log(path: Path) -> list[dict]:
+    """The JSON records of a ``train.log``; none when it does not exist."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
 def plot_heldout(ax, evals: list[dict], books: list[int], *, xlabel: str, title: str) -> None:
@@ -99,8 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     wrote = decoder_results(args.exp_dir / "refine" / "train.log", args.out_dir)
     vocoder_dir = args.vocoder_dir or args.exp_dir / "vocoder"
     wrote = vocoder_results(vocoder_dir / "vocoder.pt", args.out_dir) or wrote
-    log = args.exp_dir / "train.log"
-    records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.is_file() else []
+    records = read_log(args.exp_dir / "train.log")
+    finetune = read_log(args.exp_dir / "finetune" / "train.log")
+    finetune_from = records[-1]["step"] if records and finetune else None
+    records += [{**r, "step": r["step"] + finetune_from} for r in finetune] if finetune else []
     if not records:
         if wrote:
             print(f"no codec training log in {args.exp_dir}: {results} left as it is")
@@ -123,12 +131,18 @@ def main(argv: list[str] | None = None) -> int:
     left.set_title("training loss terms (normalised log-mel)")
     left.legend()
     plot_heldout(right, evals, books, xlabel="step", title="held-out Piper sentences")
+    if finetune_from is not None:
+        for ax in (left, right):
+            ax.axvline(finetune_from, color="grey", linestyle=":")
+        right.annotate(" fine-tune", (finetune_from, right.get_ylim()[1]), va="top", color="grey")
     fig.tight_layout()
     fig.savefig(args.out_dir / plot, dpi=110)
 
     last = evals[-1] if evals else {}
     lines = [f"# Codec recipe: results ({args.name})", "",
-             f"Last step {records[-1]['step']}; held-out mel distance (mean |log-mel error|, nats) at the last evaluation:",
+             f"Last step {records[-1]['step']}"
+             + (f" (a fine-tune from step {finetune_from}, the dotted line)" if finetune_from is not None else "")
+             + "; held-out mel distance (mean |log-mel error|, nats) at the last evaluation:",
              "", "| books | mel L1 |", "|---|---|"]
     lines += [f"| {b} | {last[f'mel_l1@{b}']:.3f} |" for b in books if f"mel_l1@{b}" in last]
     lines += ["", f"![training curves]({plot})", "",

@@ -9,6 +9,11 @@ sharp), and the VQ commitment loss. Quantiser dropout: a row is coded with a uni
 with probability ``dropout``, with one of ``--favoured-books`` (the bitrates the codec is used at)
 with probability ``--favoured-share``, else with all of them, so every prefix of books decodes.
 
+``--init-from`` starts from another run's checkpoint (its weights and VQ statistics; a fresh
+optimiser, schedule and step count): a fine-tune. If this run's ``--codebook-size`` is a multiple
+of the checkpoint's, every code is split into copies a small step apart (LBG splitting), so the
+grown books start as the trained ones and the EMA updates pull the copies apart.
+
 A checkpoint (model with its VQ statistics, optimiser, step) is written every ``save_every``
 steps and at the end; a rerun resumes from it. ``train.log`` gets one JSON line per logged step,
 with held-out mel L1 at 1/2/4/8 books every ``eval_every`` steps.
@@ -71,6 +76,32 @@ def book_counts(step: int, batch_size: int, num_books: int, *, dropout: float, f
     return books
 
 
+@torch.no_grad()
+def start_from(model: MelCodec, checkpoint: Path) -> None:
+    """Load ``checkpoint``'s codec into ``model``, splitting its codes if ``model``'s books are larger.
+
+    A code ``c`` of ``k`` becomes codes ``c, c + k, c + 2k, ...``; each copy gets an equal share
+    of the code's usage and a random offset of 1% of its book's spread, so nearest-code search
+    divides the old cell between them and the EMA moves them apart.
+    """
+    state = torch.load(checkpoint, map_location="cpu", weights_only=False)["model"]
+    embed, usage = state["quantizer.embed"], state["quantizer.usage"]
+    size = model.config.codebook_size
+    if size % embed.shape[1] or embed.shape[0] != model.config.num_books:
+        raise SystemExit(f"{checkpoint}: {embed.shape[0]} books of {embed.shape[1]} cannot grow into "
+                         f"{model.config.num_books} of {size}")
+    copies = size // embed.shape[1]
+    if copies > 1:
+        g = torch.Generator().manual_seed(0)
+        spread = embed.std(dim=1, keepdim=True)
+        grown = embed.repeat(1, copies, 1)
+        grown[:, embed.shape[1]:] += 0.01 * spread * torch.randn(grown[:, embed.shape[1]:].shape, generator=g)
+        state["quantizer.usage"] = usage.repeat(1, copies) / copies
+        state["quantizer.embed"] = grown
+        state["quantizer.embed_sum"] = grown * state["quantizer.usage"][..., None]
+    model.load_state_dict(state)
+
+
 def losses(model: MelCodec, mel: torch.Tensor, books) -> dict[str, torch.Tensor]:
     out = model(mel, books)
     return {**reconstruction_losses(out.mel, mel, model.mel_std), "commit": out.commitment}
@@ -99,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="book counts trained most (e.g. 4,2: the codec's default and the TTS model's)")
     parser.add_argument("--favoured-share", type=float, default=0.0,
                         help="share of rows coded with one of --favoured-books (with --dropout: at most 1)")
+    parser.add_argument("--init-from", type=Path, default=None,
+                        help="start from this run's checkpoint.pt (a fine-tune; its codes split if --codebook-size is larger)")
     parser.add_argument("--save-every", type=int, default=250)
     parser.add_argument("--eval-every", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
@@ -130,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         schedule.load_state_dict(state["schedule"])
         step = state["step"]
         print(f"resumed at step {step}", flush=True)
+    elif args.init_from is not None:
+        start_from(model, args.init_from)
+        print(f"started from {args.init_from}", flush=True)
+        (args.exp_dir / "config.json").write_text(json.dumps(config.to_dict(), indent=1))
     else:
         all_frames = torch.cat(train, dim=1)
         model.mel_mean.copy_(all_frames.mean(1, keepdim=True))
