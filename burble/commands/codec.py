@@ -40,8 +40,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "A causal neural speech codec: 22.05 kHz log-mel frames are encoded to a few integer codes "
             "per frame (residual VQ: each extra book refines the one before) and decoded back to mel and "
-            "through a HiFi-GAN vocoder to audio. The default codec, mel-43hz, codes 23 ms frames (2 books = "
-            "861 bit/s); mel-21hz, the TTS voice's, 46 ms frames (4 books = 861 bit/s). "
+            "through a HiFi-GAN vocoder to audio. The default codec, mel-43hz, codes 23 ms frames (2 books of 2048 "
+            "= 947 bit/s); mel-21hz, the TTS voice's, 46 ms frames (4 books = 861 bit/s). "
             "`burble codec encode IN -o codes.npz` writes the codes, `burble codec decode codes.npz -o out.wav` "
             "the audio, `burble codec info` describes the codec."
         ),
@@ -63,7 +63,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     encode.add_argument("--output", "-o", required=True, metavar="CODES.npz", help="where the codes go")
     encode.add_argument("--books", type=int, default=None, metavar="N",
                         help="codebooks per frame (1 to the codec's number of books; more: better and more bits). "
-                             "Default: the codec's default, its <= 1 kbps setting (mel-43hz: 2 books, mel-21hz: 4; 861 bit/s)")
+                             "Default: the codec's default, its <= 1 kbps setting (mel-43hz: 2 books, 947 bit/s; mel-21hz: 4, 861 bit/s)")
     encode.add_argument("--codec", default=None, help=codec_help + " (default: mel-43hz)")
     add_device_argument(encode, cuda_graphs=False)
 
