@@ -39,6 +39,16 @@ def _train(data: Path, exp: Path, steps: int) -> str:
     return done.stdout
 
 
+def _codec_train_module(monkeypatch):
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(TRAIN.parent))
+    spec = importlib.util.spec_from_file_location("codec_recipe_train", TRAIN)  # the MTP recipe has a train.py too
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_training_resumes_from_its_checkpoint_and_exports(tmp_path):
     data, exp = tmp_path / "data", tmp_path / "exp"
     data.mkdir()
@@ -123,13 +133,7 @@ def test_training_takes_the_codec_shape_and_favoured_books_from_flags(tmp_path):
 
 
 def test_book_counts_favour_what_they_are_told_and_repeat_per_step(monkeypatch):
-    import importlib.util
-
-    monkeypatch.syspath_prepend(str(TRAIN.parent))
-    spec = importlib.util.spec_from_file_location("codec_recipe_train", TRAIN)  # the MTP recipe has a train.py too
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    book_counts = module.book_counts
+    book_counts = _codec_train_module(monkeypatch).book_counts
 
     counts = torch.cat([book_counts(s, 16, 8, dropout=0.3, favoured=[2], favoured_share=0.5) for s in range(200)])
     share = {b: float((counts == b).float().mean()) for b in range(1, 9)}
@@ -165,16 +169,6 @@ def test_a_grown_decoder_starts_as_the_decoder_it_grew_from(monkeypatch):
         assert torch.equal(grown.decoder(latent), base.decoder(latent))
         torch.nn.init.normal_(grown.decoder.convs[0][4].mix.weight, std=0.1)
         assert not torch.equal(grown.decoder(latent), base.decoder(latent))
-
-
-def _codec_train_module(monkeypatch):
-    import importlib.util
-
-    monkeypatch.syspath_prepend(str(TRAIN.parent))
-    spec = importlib.util.spec_from_file_location("codec_recipe_train", TRAIN)  # the MTP recipe has a train.py too
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_a_fine_tune_splits_every_code_and_starts_where_the_base_run_ended(tmp_path, monkeypatch):
