@@ -210,3 +210,20 @@ def test_a_fine_tune_splits_every_code_and_starts_where_the_base_run_ended(tmp_p
     assert again.returncode == 0 and "resumed at step 1" in again.stdout, again.stderr[-2000:]
     tuned = torch.load(exp / "finetune" / "checkpoint.pt", map_location="cpu", weights_only=False)
     assert tuned["step"] == 2 and tuned["config"]["codebook_size"] == 32
+
+
+def test_the_report_refuses_a_fine_tune_log_without_its_base_run(tmp_path):
+    """The fine-tune's steps count on from the base run's, so a lone ``finetune/train.log`` gets a one-line
+    error (no traceback); with the base log beside it the report is written."""
+    exp = tmp_path / "exp-x"
+    (exp / "finetune").mkdir(parents=True)
+    record = {"step": 2, "l1": 0.1, "l2": 0.02, "delta": 0.1, "commit": 0.1, "lr": 1e-4, "mel_l1@1": 0.3, "mel_l1@2": 0.25}
+    (exp / "finetune" / "train.log").write_text(json.dumps(record) + "\n")
+    command = [sys.executable, str(ROOT / "recipes" / "codec" / "local" / "report.py"), "--exp-dir", str(exp),
+               "--name", "x", "--out-dir", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "no base run" in done.stderr and "Traceback" not in done.stderr
+    (exp / "train.log").write_text(json.dumps({**record, "step": 4}) + "\n")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "RESULTS_x.md").is_file() and (tmp_path / "report_x.png").is_file()

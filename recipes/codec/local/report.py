@@ -107,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     wrote = vocoder_results(vocoder_dir / "vocoder.pt", args.out_dir) or wrote
     records = read_log(args.exp_dir / "train.log")
     finetune = read_log(args.exp_dir / "finetune" / "train.log")
-    finetune_from = records[-1]["step"] if records and finetune else None
+    if finetune and not records:
+        raise SystemExit(f"{args.exp_dir}/finetune/train.log has no base run before it ({args.exp_dir}/train.log "
+                         "is missing or empty): the fine-tune's steps count on from the base run's")
+    finetune_from = records[-1]["step"] if finetune else None
     records += [{**r, "step": r["step"] + finetune_from} for r in finetune] if finetune else []
     if not records:
         if wrote:
