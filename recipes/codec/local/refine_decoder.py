@@ -16,7 +16,10 @@ only the decoder, codes -> log-mel:
 - **Books.** A row is decoded from one of ``--favoured-books`` (4: the codec's default; 2: what
   the TTS model generates) with probability ``--favoured-share``, else from a uniform 1..8, so
   every prefix of books still decodes.
-- **Loss.** Stage 1's L1 + L2 + delta-mel on the normalised log-mel.
+- **Loss.** Stage 1's L1 + L2 + delta-mel on the normalised log-mel; with ``--asr-weight`` > 0,
+  plus that weight times an ASR-feature loss (``asr_feature_loss.py``: a frozen Whisper encoder,
+  ``--asr-model``, hears the decoded and the original mel) on the first ``--asr-rows`` rows of each
+  batch, which decode from the first of ``--favoured-books``.
 
 A checkpoint (the decoder, optimiser, schedule, step) is written every ``save_every`` steps and a
 rerun resumes from it. A fresh start copies the codec to ``base.safetensors``, so a resumed run
@@ -48,6 +51,7 @@ import torch  # noqa: E402
 
 from burble.codecs.codec import save_codec  # noqa: E402
 from burble.codecs.model import MelCodec  # noqa: E402
+from asr_feature_loss import load_asr_feature_loss  # noqa: E402
 from codec_training import RunningLog, evaluate, load_mels, optimise, reconstruction_losses, warmup_cosine  # noqa: E402
 
 
@@ -136,6 +140,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="book counts trained most: the codec's default and the TTS model's")
     parser.add_argument("--favoured-share", type=float, default=0.6,
                         help="share of rows decoded from one of --favoured-books (the rest: uniform 1..n)")
+    parser.add_argument("--asr-weight", type=float, default=0.0,
+                        help="weight of the ASR-feature loss (0: reconstruction loss only)")
+    parser.add_argument("--asr-model", default="base",
+                        help="the Whisper whose encoder the ASR-feature loss listens with (not the benchmark's main judge)")
+    parser.add_argument("--asr-rows", type=int, default=8,
+                        help="rows of each batch that decode from the first --favoured-books and get the ASR loss")
     parser.add_argument("--save-every", type=int, default=250)
     parser.add_argument("--eval-every", type=int, default=500)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
@@ -186,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                     "schedule": schedule.state_dict(), "step": step}, tmp)
         os.replace(tmp, checkpoint)
 
+    asr_loss = load_asr_feature_loss(args.asr_model, args.data_dir) if args.asr_weight > 0 else None
     model.decoder.train()
     num_books = model.config.num_books
     favoured = torch.tensor([min(int(b), num_books) for b in args.favoured_books.split(",")])
@@ -196,8 +207,14 @@ def main(argv: list[str] | None = None) -> int:
         pick = favoured[torch.randint(0, len(favoured), (args.batch_size,), generator=g)]
         books = torch.where(torch.rand(args.batch_size, generator=g) < args.favoured_share, pick,
                             torch.randint(1, num_books + 1, (args.batch_size,), generator=g))
-        parts = reconstruction_losses(decode_books(model, window_codes, books), mel, model.mel_std)
+        if asr_loss is not None:
+            books[: args.asr_rows] = favoured[0]
+        decoded = decode_books(model, window_codes, books)
+        parts = reconstruction_losses(decoded, mel, model.mel_std)
         loss = parts["l1"] + parts["l2"] + parts["delta"]
+        if asr_loss is not None:
+            parts["asr"] = asr_loss(decoded[: args.asr_rows], mel[: args.asr_rows])
+            loss = loss + args.asr_weight * parts["asr"]
         optimise(loss, params, optimizer, schedule)
         step += 1
         running.add(parts)
@@ -216,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     model.eval()
     extra = json.loads(metadata.get("extra", "{}"))
     extra["decoder_refined"] = {"units": args.units, "steps": args.steps, **evaluate(model, heldout)}
+    if asr_loss is not None:
+        extra["decoder_refined"]["asr_loss"] = {"weight": args.asr_weight, "model": args.asr_model}
     save_codec(model, args.out, vocoder=metadata["vocoder"], default_books=default_books, extra=extra)
     print(f"{args.out}: {args.out.stat().st_size / 1e6:.1f} MB, decoder {args.units} units per rate", flush=True)
     return 0
