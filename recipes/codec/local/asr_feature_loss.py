@@ -1,8 +1,7 @@
 """An ASR-feature loss for the codec's decoder: a frozen Whisper encoder hears the decoded mel and the original.
 
 The codec's reconstruction loss (L1 + L2 + delta on the log-mel) treats every mel bin alike, so at
-2 books the decoder spends its error where the mel is easy to miss, not where speech recognition
-listens. This loss compares what Whisper's encoder makes of the decoded mel with what it makes of
+2 books nothing steers the decoder's error away from what speech recognition listens to. This loss compares what Whisper's encoder makes of the decoded mel with what it makes of
 the original mel (mean |difference| of the final encoder states, relative to their mean magnitude),
 so the decoder learns to keep what a recogniser needs. The encoder is frozen; only its input gets a
 gradient. Use a different Whisper as the loss than as the judge (the recipe uses ``base``; the
