@@ -12,8 +12,8 @@ WER of burble tiny.en and base (greedy) on the reconstruction, codebook usage (d
 book, and the code entropy as a fraction of 10 bits), encode and decode RTF (decode includes the
 vocoder), and latency (algorithmic; measured adds the p95 compute time of one streaming step).
 
-Two sets: held-out Piper sentences (the recipe's held-out shard: sentences never trained on, the
-training voice) and the real dev speech (``../shared/dev-audio`` short recordings: other voices,
+Two sets: held-out Piper sentences (the recipe's held-out shard, then its ``test_*`` shards when
+``--clips`` asks for more than 40: sentences never trained on, the training voice) and the real dev speech (``../shared/dev-audio`` short recordings: other voices,
 rooms and microphones; how far the codec generalises beyond its training voice).
 
 Usage::
@@ -21,6 +21,7 @@ Usage::
     python benchmarks/codec.py                 # the default codec, appended to BENCHMARKS.md
     python benchmarks/codec.py --codec mel-43hz,mel-21hz --vocoders low-latency --clips 20
     python benchmarks/codec.py --quick         # 4 clips per set, tiny.en only, print only
+    python benchmarks/codec.py --clips 240 --dev-clips 20 --books 2 --no-streamed   # WER at the default, 240 clips
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def heldout_piper(data_dir: Path, limit: int) -> list[tuple[str, str, np.ndarray
     import json
 
     clips = []
-    for path in sorted(data_dir.glob("heldout_*.safetensors")):
+    paths = sorted(data_dir.glob("heldout_*.safetensors")) + sorted(data_dir.glob("test_*.safetensors"))
+    for path in paths:
         with safe_open(str(path), "pt") as f:
             meta = json.loads(f.metadata()["clips"])
             for i, item in enumerate(meta):
@@ -98,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="vocoders compared (burble.codecs.vocoder.available_vocoders()); the first is the codec's")
     parser.add_argument("--data-dir", type=Path, default=Path.home() / ".cache" / "burble" / "codec" / "data")
     parser.add_argument("--clips", type=int, default=10, help="clips per set")
+    parser.add_argument("--dev-clips", type=int, default=None, help="clips of real dev speech (default: --clips)")
+    parser.add_argument("--books", default="1,2,4,8", help="book counts with a row each")
+    parser.add_argument("--no-streamed", action="store_true", help="leave out the streamed rows")
     parser.add_argument("--judges", default="tiny.en,base", help="Whisper models that score the reconstructions")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="4 clips per set, tiny.en only, print only")
@@ -122,16 +127,19 @@ def main(argv: list[str] | None = None) -> int:
     names = (args.codec or DEFAULT_CODEC).split(",")
     codecs = {(c, v): load(c, vocoder=v) for c in names for v in vocoders}
     asr = {name: burble.load_model(name) for name in judges}
-    sets = {"held-out Piper": heldout_piper(args.data_dir, clips), "dev speech (real)": dev_speech(clips)}
+    dev_clips = clips if args.quick or args.dev_clips is None else args.dev_clips
+    sets = {"held-out Piper": heldout_piper(args.data_dir, clips), "dev speech (real)": dev_speech(dev_clips)}
+    book_rows = [int(b) for b in args.books.split(",")]
     # every row: (codec name, books, vocoder, how): "copy" (no codec), "whole" or "streamed"
     rows_of: dict[str, tuple] = {"original": (None, None, None, "original")}
     rows_of.update({f"copy-synthesis ({v})": (names[0], None, v, "copy") for v in vocoders})
     for c in names:
         label = "codec" if len(names) == 1 else c
         config, default = codecs[c, vocoders[0]].config, codecs[c, vocoders[0]].default_books
-        rows_of.update({f"{label} {b} books": (c, b, vocoders[0], "whole") for b in (1, 2, 4, 8) if b <= config.num_books})
+        rows_of.update({f"{label} {b} books": (c, b, vocoders[0], "whole") for b in book_rows if b <= config.num_books})
         rows_of.update({f"{label} {default} books ({v})": (c, default, v, "whole") for v in vocoders[1:]})
-        rows_of.update({f"{label} {default} books, streamed ({v})": (c, default, v, "streamed") for v in vocoders})
+        if not args.no_streamed:
+            rows_of.update({f"{label} {default} books, streamed ({v})": (c, default, v, "streamed") for v in vocoders})
     systems = list(rows_of)
     latency_ms = {s: 1000 * codecs[c, v].algorithmic_latency() / SAMPLE_RATE
                   for s, (c, b, v, how) in rows_of.items() if b is not None}

@@ -11,13 +11,15 @@
 #             7000 steps on all 3600 clips with books of 1024, half the rows coded with 2 books
 #             (~62 min); then a fine-tune of 4200 steps with every code split in two (books of
 #             2048), 70% of the rows coded with 2 books, its <= 1 kbps default (947 bit/s;
-#             ~45 min); no stage 3
+#             ~45 min); then stage 3 trains the decoder 600 steps more on the frozen codes with
+#             an ASR-feature loss and a STOI loss through the low-latency vocoder (~47 min)
 #   mel-21hz  21.5 Hz, widths 128,192,256, 2 units; 6000 steps on the first 1200 clips (~45 min),
 #             then stage 3 grows the decoder to 5 units on the frozen codes (7000 steps, ~35 min)
 #
 # Stages (re-runnable and resumable; --stage/--stop-stage select a range):
 #   0  data:    Piper-voiced LJ sentences at 22.05 kHz with their log-mels, in shards under
-#               $cache/data (a held-out slice of sentences too; finished shards are kept; ~16 min)
+#               $cache/data (a held-out slice of sentences too, and --test-clips more held-out
+#               ones for the benchmark; finished shards are kept; ~16 min)
 #   1  train:   the codec (checkpoint: model with VQ statistics, optimiser, step; resumes), then
 #               when --finetune-steps > 0 the fine-tune from it, under $exp/finetune (resumes too)
 #   2  export:  -> burble/codecs/weights/<name>.safetensors (what burble ships)
@@ -34,17 +36,19 @@ stage=0
 stop_stage=100
 clips=3600            # stage 0 makes them; stage 1 trains on the first $train_clips, stage 3 on all
 heldout=40
+test_clips=200        # more held-out clips, for benchmarks/codec.py (test_* shards)
 threads=0
 cache=""              # default: ~/.cache/burble/codec
 
 preset() {
   case "$1" in
     mel-43hz) name=mel-43hz down_stages=1 channels=128,256 train_clips=3600 steps=7000 first_units=5
-              favoured_books=2 favoured_share=0.5 dropout=0.3 default_books=2 refine_steps=0 decoder_units=5
-              finetune_steps=4200 finetune_codebook=2048 finetune_share=0.7 finetune_dropout=0.2 ;;
+              favoured_books=2 favoured_share=0.5 dropout=0.3 default_books=2 decoder_units=5
+              finetune_steps=4200 finetune_codebook=2048 finetune_share=0.7 finetune_dropout=0.2 refine_steps=600
+              refine_args="--lr 2e-4 --warmup 50 --favoured-books 2 --favoured-share 0.5 --asr-weight 5 --stoi-weight 3" ;;
     mel-21hz) name=mel-21hz down_stages=2 channels=128,192,256 train_clips=1200 steps=6000 first_units=2
               favoured_books="" favoured_share=0 dropout=0.6 default_books=4 refine_steps=7000 decoder_units=5
-              finetune_steps=0 finetune_codebook=1024 finetune_share=0 finetune_dropout=0 ;;
+              finetune_steps=0 finetune_codebook=1024 finetune_share=0 finetune_dropout=0 refine_args="" ;;
     *) echo "run.sh: unknown preset $1 (mel-43hz or mel-21hz)" >&2; exit 2 ;;
   esac
 }
@@ -58,6 +62,7 @@ while [ $# -gt 0 ]; do
     --clips) clips=$2; shift 2 ;;
     --train-clips) train_clips=$2; shift 2 ;;
     --heldout) heldout=$2; shift 2 ;;
+    --test-clips) test_clips=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --refine-steps) refine_steps=$2; shift 2 ;;
     --finetune-steps) finetune_steps=$2; shift 2 ;;
@@ -87,8 +92,9 @@ vocoder=universal  # the codec decodes through the low-latency vocoder once stag
 if [ -f "$repo/burble/codecs/vocoders/low-latency.safetensors" ]; then vocoder=low-latency; fi
 
 if [ "$stage" -le 0 ] && [ "$stop_stage" -ge 0 ]; then
-  log "stage 0: $clips training + $heldout held-out Piper clips -> $cache/data"
-  $PYTHON "$recipe_dir/local/prepare.py" --out-dir "$cache/data" --clips "$clips" --heldout "$heldout"
+  log "stage 0: $clips training + $heldout held-out + $test_clips test Piper clips -> $cache/data"
+  $PYTHON "$recipe_dir/local/prepare.py" --out-dir "$cache/data" --clips "$clips" --heldout "$heldout" \
+    --test "$test_clips"
 fi
 
 if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
@@ -117,7 +123,8 @@ fi
 if [ "$stage" -le 3 ] && [ "$stop_stage" -ge 3 ] && [ "$refine_steps" -gt 0 ]; then
   log "stage 3: refine the decoder ($decoder_units units per rate, $refine_steps steps) -> $exp/refine"
   $PYTHON "$recipe_dir/local/refine_decoder.py" --data-dir "$cache/data" --exp-dir "$exp/refine" \
-    --codec "$weights" --out "$weights" --units "$decoder_units" --steps "$refine_steps" --threads "$threads"
+    --codec "$weights" --out "$weights" --units "$decoder_units" --steps "$refine_steps" --threads "$threads" \
+    $refine_args
 fi
 
 if [ "$stage" -le 4 ] && [ "$stop_stage" -ge 4 ]; then

@@ -1,6 +1,7 @@
 """The codec recipe's ASR-feature loss: codec mel frames land on Whisper's 100 Hz grid at the right times,
 the fitted map turns the codec's log-magnitude mel into Whisper's log10 power mel, the loss is zero
-only for a perfect reconstruction and trains the decoder alone, and stage 3 runs with it."""
+only for a perfect reconstruction and trains the decoder alone, and stage 3 runs with it (and with the
+STOI loss)."""
 
 from __future__ import annotations
 
@@ -100,7 +101,7 @@ def test_the_loss_is_zero_only_for_the_original_and_trains_only_its_input(monkey
     assert all(p.grad is None and not p.requires_grad for p in loss.encoder.parameters())
 
 
-def test_stage_3_trains_the_decoder_with_the_asr_loss(tmp_path):
+def test_stage_3_trains_the_decoder_with_the_asr_and_stoi_losses(tmp_path):
     from burble.codecs import load
 
     data, exp = tmp_path / "data", tmp_path / "exp"
@@ -119,15 +120,17 @@ def test_stage_3_trains_the_decoder_with_the_asr_loss(tmp_path):
     refined = tmp_path / "refined.safetensors"
     done = subprocess.run(
         [sys.executable, str(LOCAL / "refine_decoder.py"), "--data-dir", str(data), "--exp-dir", str(exp / "refine"),
-         "--codec", str(weights), "--out", str(refined), "--units", "2", "--batch-size", "2", "--segment", "16",
+         "--codec", str(weights), "--out", str(refined), "--units", "2", "--batch-size", "2", "--segment", "64",
          "--steps", "2", "--warmup", "1", "--threads", "1", "--favoured-books", "2", "--asr-weight", "1",
-         "--asr-model", "tiny.en", "--asr-rows", "1"], capture_output=True, text=True, timeout=300)
+         "--asr-model", "tiny.en", "--asr-rows", "1", "--stoi-weight", "1", "--stoi-rows", "1", "--stoi-frames", "60"],
+        capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     last = json.loads((exp / "refine" / "train.log").read_text().splitlines()[-1])
-    assert last["step"] == 2 and last["asr"] > 0
+    assert last["step"] == 2 and last["asr"] > 0 and 0 < last["stoi"] < 1
     from safetensors import safe_open
 
     with safe_open(str(refined), "pt") as f:
         extra = json.loads(f.metadata()["extra"])
     assert extra["decoder_refined"]["asr_loss"] == {"weight": 1.0, "model": "tiny.en"}
+    assert extra["decoder_refined"]["stoi_loss"] == {"weight": 1.0, "vocoder": "low-latency"}
     assert load(str(refined)).default_books == 2

@@ -16,14 +16,18 @@ from safetensors import safe_open
 from burble.codecs.model import MelCodec
 
 
-def load_mels(data_dir: Path, split: str) -> list[torch.Tensor]:
-    mels = []
+def load_mels(data_dir: Path, split: str, *, kind: str = "mel") -> list[torch.Tensor]:
+    """Every clip's log-mel ``(80, frames)`` (``kind="mel"``) or 16-bit audio ``(samples,)`` (``"audio"``).
+
+    Both kinds come in the same clip order (the shards', then the keys' sorted order).
+    """
+    tensors = []
     for path in sorted(data_dir.glob(f"{split}_*.safetensors")):
         with safe_open(str(path), "pt") as f:
-            mels += [f.get_tensor(k).float() for k in sorted(f.keys()) if k.endswith(".mel")]
-    if not mels:
+            tensors += [f.get_tensor(k) for k in sorted(f.keys()) if k.endswith(f".{kind}")]
+    if not tensors:
         raise SystemExit(f"no {split} shards in {data_dir}: run stage 0 first")
-    return mels
+    return [t.float() for t in tensors] if kind == "mel" else tensors
 
 
 def reconstruction_losses(out: torch.Tensor, mel: torch.Tensor, mel_std: torch.Tensor) -> dict[str, torch.Tensor]:

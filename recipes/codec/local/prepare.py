@@ -6,7 +6,9 @@ by Piper's ``en_US-joe-medium`` voice at a drawn speaking rate (0.85 / 1.0 / 1.1
 default sampling noise, so no two renditions are alike. A shard holds ``shard_size`` clips: the
 22.05 kHz audio (int16) and the vocoder's log-mel frames (``burble.codecs.mel``, fp16), with the
 texts in the metadata. The held-out split is drawn from a separate slice of the sentence pool,
-so no held-out sentence is ever trained on. Shards already on disk are skipped: an interrupted
+so no held-out sentence is ever trained on; ``--test N`` writes N more held-out clips (``test_*``
+shards, from the sentences after the training slice) for benchmarks that need more than the
+held-out shard's few clips to tell WER differences apart. Shards already on disk are skipped: an interrupted
 run resumes where it stopped (at most one shard is redone).
 
 Usage::
@@ -66,7 +68,7 @@ def write_split(name: str, sentences: list[tuple[str, str]], out_dir: Path, shar
         path = out_dir / f"{name}_{shard:04d}.safetensors"
         if path.is_file():
             continue
-        rng = np.random.default_rng([seed, shard, 0 if name == "train" else 1])
+        rng = np.random.default_rng([seed, shard, {"train": 0, "heldout": 1}.get(name, 2)])
         tensors: dict[str, torch.Tensor] = {}
         meta = []
         for c, (sid, text) in enumerate(sentences[shard * shard_size:(shard + 1) * shard_size]):
@@ -88,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", required=True, type=Path)
     parser.add_argument("--clips", type=int, default=800, help="training clips")
     parser.add_argument("--heldout", type=int, default=40, help="held-out clips (a separate slice of sentences)")
+    parser.add_argument("--test", type=int, default=0,
+                        help="more held-out clips for benchmarks (test_* shards; sentences after the training slice)")
     parser.add_argument("--shard-size", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sentences", type=Path, default=ROOT.parent / "shared" / "text" / "ljspeech_sentences.tsv")
@@ -97,9 +101,14 @@ def main(argv: list[str] | None = None) -> int:
     order = np.random.default_rng(args.seed).permutation(len(pool))
     heldout = [pool[i] for i in order[: args.heldout]]
     train = [pool[i] for i in order[args.heldout: args.heldout + args.clips]]
+    end = args.heldout + args.clips
+    test = [pool[i] for i in order[end: end + args.test]]
+    if len(test) < args.test:
+        raise SystemExit(f"only {len(test)} sentences left for --test {args.test}")
     speaker = PiperSpeaker()
     write_split("heldout", heldout, args.out_dir, args.shard_size, args.seed, speaker)
     write_split("train", train, args.out_dir, args.shard_size, args.seed, speaker)
+    write_split("test", test, args.out_dir, args.shard_size, args.seed, speaker)
     return 0
 
 

@@ -19,7 +19,10 @@ only the decoder, codes -> log-mel:
 - **Loss.** Stage 1's L1 + L2 + delta-mel on the normalised log-mel; with ``--asr-weight`` > 0,
   plus that weight times an ASR-feature loss (``asr_feature_loss.py``: a frozen Whisper encoder,
   ``--asr-model``, hears the decoded and the original mel) on the first ``--asr-rows`` rows of each
-  batch, which decode from the first of ``--favoured-books``.
+  batch, which decode from the first of ``--favoured-books``; with ``--stoi-weight`` > 0, plus that
+  weight times ``1 - STOI`` (``stoi_loss.py``: the decoded mel of the first ``--stoi-rows`` rows, the
+  last ``--stoi-frames`` frames of each window, vocoded by the frozen ``--stoi-vocoder`` and scored
+  against the original audio), which decode from the first of ``--favoured-books`` too.
 
 A checkpoint (the decoder, optimiser, schedule, step) is written every ``save_every`` steps and a
 rerun resumes from it. A fresh start copies the codec to ``base.safetensors``, so a resumed run
@@ -50,8 +53,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 from burble.codecs.codec import save_codec  # noqa: E402
+from burble.codecs.mel import HOP  # noqa: E402
 from burble.codecs.model import MelCodec  # noqa: E402
 from asr_feature_loss import load_asr_feature_loss  # noqa: E402
+from stoi_loss import StoiLoss  # noqa: E402
 from codec_training import RunningLog, evaluate, load_mels, optimise, reconstruction_losses, warmup_cosine  # noqa: E402
 
 
@@ -98,13 +103,15 @@ def encode_clips(model: MelCodec, mels: list[torch.Tensor]) -> list[torch.Tensor
 
 
 def sample_windows(mels: list[torch.Tensor], codes: list[torch.Tensor], step: int, batch_size: int, segment: int,
-                   hop: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mel windows ``(batch, 80, segment)`` and their codes ``(batch, books, segment // hop)``."""
+                   hop: int, audio: list[torch.Tensor] | None = None,
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Mel windows ``(batch, 80, segment)``, their codes ``(batch, books, segment // hop)`` and, when
+    ``audio`` (each clip's 16-bit samples) is given, their audio ``(batch, segment * 256)`` (float)."""
     g = torch.Generator().manual_seed(step)
     lengths = torch.tensor([c.shape[1] for c in codes])
     picks = torch.multinomial(lengths.float(), batch_size, replacement=True, generator=g)
     frames = segment // hop
-    mel_out, code_out = [], []
+    mel_out, code_out, audio_out = [], [], []
     for i in picks.tolist():
         mel, code = mels[i][:, : codes[i].shape[1] * hop], codes[i]
         repeat = -(-frames // code.shape[1])  # a clip shorter than the window is repeated
@@ -112,7 +119,10 @@ def sample_windows(mels: list[torch.Tensor], codes: list[torch.Tensor], step: in
         start = int(torch.randint(0, code.shape[1] - frames + 1, (1,), generator=g))
         mel_out.append(mel[:, start * hop: (start + frames) * hop])
         code_out.append(code[:, start: start + frames])
-    return torch.stack(mel_out), torch.stack(code_out).long()
+        if audio is not None:
+            samples = audio[i][: codes[i].shape[1] * hop * HOP].repeat(repeat)
+            audio_out.append(samples[start * hop * HOP: (start + frames) * hop * HOP].float() / 32767.0)
+    return torch.stack(mel_out), torch.stack(code_out).long(), torch.stack(audio_out) if audio_out else None
 
 
 def decode_books(model: MelCodec, codes: torch.Tensor, books: torch.Tensor) -> torch.Tensor:
@@ -146,6 +156,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="the Whisper whose encoder the ASR-feature loss listens with (not the benchmark's main judge)")
     parser.add_argument("--asr-rows", type=int, default=8,
                         help="rows of each batch that decode from the first --favoured-books and get the ASR loss")
+    parser.add_argument("--stoi-weight", type=float, default=0.0,
+                        help="weight of the STOI loss through the vocoder (0: off)")
+    parser.add_argument("--stoi-rows", type=int, default=4,
+                        help="rows of each batch that decode from the first --favoured-books and get the STOI loss")
+    parser.add_argument("--stoi-frames", type=int, default=160,
+                        help="mel frames at the end of each window that are vocoded for it (the first 16 only as context)")
+    parser.add_argument("--stoi-vocoder", default="low-latency", help="the vocoder the STOI loss listens through")
     parser.add_argument("--save-every", type=int, default=250)
     parser.add_argument("--eval-every", type=int, default=500)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
@@ -161,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     default_books = int(metadata.get("default_books", 4))
     model = grow_decoder(base, args.units)
     train = load_mels(args.data_dir, "train")
+    train_audio = load_mels(args.data_dir, "train", kind="audio") if args.stoi_weight > 0 else None
     heldout = load_mels(args.data_dir, "heldout")[:20]
     codes_path = args.exp_dir / "codes.pt"
     if codes_path.is_file():
@@ -197,24 +215,36 @@ def main(argv: list[str] | None = None) -> int:
         os.replace(tmp, checkpoint)
 
     asr_loss = load_asr_feature_loss(args.asr_model, args.data_dir) if args.asr_weight > 0 else None
+    stoi_loss = None
+    if args.stoi_weight > 0:
+        from burble.codecs.vocoder import load_vocoder
+
+        stoi_loss = StoiLoss(load_vocoder(args.stoi_vocoder))
     model.decoder.train()
     num_books = model.config.num_books
     favoured = torch.tensor([min(int(b), num_books) for b in args.favoured_books.split(",")])
     started, running, first_step = time.perf_counter(), RunningLog(), step
     while step < args.steps:
-        mel, window_codes = sample_windows(train, codes, step, args.batch_size, args.segment, model.config.hop)
+        mel, window_codes, audio = sample_windows(train, codes, step, args.batch_size, args.segment,
+                                                  model.config.hop, train_audio)
         g = torch.Generator().manual_seed(10_000_000 + step)
         pick = favoured[torch.randint(0, len(favoured), (args.batch_size,), generator=g)]
         books = torch.where(torch.rand(args.batch_size, generator=g) < args.favoured_share, pick,
                             torch.randint(1, num_books + 1, (args.batch_size,), generator=g))
         if asr_loss is not None:
             books[: args.asr_rows] = favoured[0]
+        if stoi_loss is not None:
+            books[: args.stoi_rows] = favoured[0]
         decoded = decode_books(model, window_codes, books)
         parts = reconstruction_losses(decoded, mel, model.mel_std)
         loss = parts["l1"] + parts["l2"] + parts["delta"]
         if asr_loss is not None:
             parts["asr"] = asr_loss(decoded[: args.asr_rows], mel[: args.asr_rows])
             loss = loss + args.asr_weight * parts["asr"]
+        if stoi_loss is not None:
+            first = decoded.shape[2] - args.stoi_frames
+            parts["stoi"] = stoi_loss(decoded[: args.stoi_rows, :, first:], audio[: args.stoi_rows, first * HOP:], HOP)
+            loss = loss + args.stoi_weight * parts["stoi"]
         optimise(loss, params, optimizer, schedule)
         step += 1
         running.add(parts)
@@ -235,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     extra["decoder_refined"] = {"units": args.units, "steps": args.steps, **evaluate(model, heldout)}
     if asr_loss is not None:
         extra["decoder_refined"]["asr_loss"] = {"weight": args.asr_weight, "model": args.asr_model}
+    if stoi_loss is not None:
+        extra["decoder_refined"]["stoi_loss"] = {"weight": args.stoi_weight, "vocoder": args.stoi_vocoder}
     save_codec(model, args.out, vocoder=metadata["vocoder"], default_books=default_books, extra=extra)
     print(f"{args.out}: {args.out.stat().st_size / 1e6:.1f} MB, decoder {args.units} units per rate", flush=True)
     return 0

@@ -4,8 +4,8 @@
 Reads the codec ``<name>``'s ``train.log`` (one JSON record per logged step; a fine-tune's
 ``finetune/train.log`` after it, its steps counted on from the base run's) and writes
 ``report_<name>.png`` (loss terms and held-out mel L1 at 1/2/4/8 books over the steps) and a
-``RESULTS_<name>.md`` table of the last evaluation; once stage 3 has run, ``RESULTS_decoder.md``
-and ``report_decoder.png`` from ``refine/train.log`` (held-out mel L1 per book count over the
+``RESULTS_<name>.md`` table of the last evaluation; once stage 3 has run, ``RESULTS_<name>_decoder.md``
+and ``report_<name>_decoder.png`` from ``refine/train.log`` (held-out mel L1 per book count over the
 refinement, from the codec it started from); and once stage 4 has run, ``RESULTS_vocoder.md``
 from the distilled vocoder's ``vocoder.pt`` (its held-out mel distance beside the pretrained
 generator's). Each part
@@ -65,8 +65,8 @@ def plot_heldout(ax, evals: list[dict], books: list[int], *, xlabel: str, title:
     ax.legend()
 
 
-def decoder_results(log: Path, out_dir: Path) -> bool:
-    """``RESULTS_decoder.md`` and ``report_decoder.png`` from stage 3's log; False when there is none."""
+def decoder_results(log: Path, out_dir: Path, name: str) -> bool:
+    """``RESULTS_<name>_decoder.md`` and ``report_<name>_decoder.png`` from stage 3's log; False when there is none."""
     records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] if log.is_file() else []
     evals = [r for r in records if "mel_l1@4" in r]
     if len(evals) < 2:
@@ -81,16 +81,21 @@ def decoder_results(log: Path, out_dir: Path) -> bool:
     plot_heldout(ax, evals, books, xlabel="refinement step (0: the codec it started from)",
                  title="decoder refinement, held-out Piper sentences")
     fig.tight_layout()
-    fig.savefig(out_dir / "report_decoder.png", dpi=110)
+    plot = f"report_{name}_decoder.png"
+    fig.savefig(out_dir / plot, dpi=110)
     first, last = evals[0], evals[-1]
-    lines = ["# Codec recipe: the refined decoder", "",
-             f"Stage 3 grew the decoder and trained it on the frozen codes for {last['step']} steps. Held-out mel "
+    extra_losses = [k for k in ("asr", "stoi") if any(k in r for r in records)]
+    losses = " plus the " + " and ".join(f"{k.upper()} loss" for k in extra_losses) if extra_losses else ""
+    lines = [f"# Codec recipe: the refined decoder of {name}", "",
+             f"Stage 3 trained the decoder (grown first if the codec had fewer residual units) on the frozen codes "
+             f"for {last['step']} steps, with the reconstruction loss{losses}. Held-out mel "
              "distance (mean |log-mel error|, nats), the first 20 held-out clips:", "",
              "| books | before (stage 2) | after (stage 3) |", "|---|---|---|",
              *[f"| {b} | {first[f'mel_l1@{b}']:.3f} | {last[f'mel_l1@{b}']:.3f} |" for b in books], "",
-             "![refinement](report_decoder.png)", ""]
-    (out_dir / "RESULTS_decoder.md").write_text("\n".join(lines))
-    print(f"wrote {out_dir / 'RESULTS_decoder.md'} and report_decoder.png")
+             f"![refinement]({plot})", ""]
+    results = out_dir / f"RESULTS_{name}_decoder.md"
+    results.write_text("\n".join(lines))
+    print(f"wrote {results} and {plot}")
     return True
 
 
@@ -102,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", required=True, type=Path)
     args = parser.parse_args(argv)
     results, plot = f"RESULTS_{args.name}.md", f"report_{args.name}.png"
-    wrote = decoder_results(args.exp_dir / "refine" / "train.log", args.out_dir)
+    wrote = decoder_results(args.exp_dir / "refine" / "train.log", args.out_dir, args.name)
     vocoder_dir = args.vocoder_dir or args.exp_dir / "vocoder"
     wrote = vocoder_results(vocoder_dir / "vocoder.pt", args.out_dir) or wrote
     records = read_log(args.exp_dir / "train.log")
