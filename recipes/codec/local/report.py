@@ -84,8 +84,9 @@ def decoder_results(log: Path, out_dir: Path, name: str) -> bool:
     plot = f"report_{name}_decoder.png"
     fig.savefig(out_dir / plot, dpi=110)
     first, last = evals[0], evals[-1]
-    extra_losses = [k for k in ("asr", "stoi") if any(k in r for r in records)]
-    losses = " plus the " + " and ".join(f"{k.upper()} loss" for k in extra_losses) if extra_losses else ""
+    named = {"asr": "the ASR-feature loss", "stoi": "the STOI loss through the vocoder"}
+    extra_losses = [named[k] for k in named if any(k in r for r in records)]
+    losses = " plus " + " and ".join(extra_losses) if extra_losses else ""
     lines = [f"# Codec recipe: the refined decoder of {name}", "",
              f"Stage 3 trained the decoder (grown first if the codec had fewer residual units) on the frozen codes "
              f"for {last['step']} steps, with the reconstruction loss{losses}. Held-out mel "
