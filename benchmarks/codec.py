@@ -13,7 +13,8 @@ book, and the code entropy as a fraction of 10 bits), encode and decode RTF (dec
 vocoder), and latency (algorithmic; measured adds the p95 compute time of one streaming step).
 
 Two sets: held-out Piper sentences (the recipe's held-out shard, then its ``test_*`` shards when
-``--clips`` asks for more than 40: sentences never trained on, the training voice) and the real dev speech (``../shared/dev-audio`` short recordings: other voices,
+``--clips`` asks for more than 40: sentences never trained on, the training voice) and the real dev
+speech (``../shared/dev-audio`` short recordings: other voices,
 rooms and microphones; how far the codec generalises beyond its training voice).
 
 Usage::

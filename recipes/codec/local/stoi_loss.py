@@ -28,7 +28,7 @@ FFT = 512
 BANDS = 15
 MIN_FREQUENCY = 150.0
 SEGMENT = 30
-CLIP = 10 ** (15 / 20)  # the reconstruction may exceed the original's envelope by 15 dB at most
+CLIP = 10 ** (15 / 20)  # STOI's -15 dB SDR bound: the scaled envelope is clipped at (1 + CLIP) x the original's
 DYNAMIC_RANGE = 40.0
 
 
