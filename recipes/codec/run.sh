@@ -11,8 +11,8 @@
 #             7000 steps on all 3600 clips with books of 1024, half the rows coded with 2 books
 #             (~62 min); then a fine-tune of 4200 steps with every code split in two (books of
 #             2048), 70% of the rows coded with 2 books, its <= 1 kbps default (947 bit/s;
-#             ~45 min); then stage 3 trains the decoder 600 steps more on the frozen codes with
-#             an ASR-feature loss and a STOI loss through the low-latency vocoder (~47 min)
+#             ~45 min); then stage 3 trains the decoder 1200 steps more on the frozen codes with
+#             an ASR-feature loss and a STOI loss through the low-latency vocoder (~85 min)
 #   mel-21hz  21.5 Hz, widths 128,192,256, 2 units; 6000 steps on the first 1200 clips (~45 min),
 #             then stage 3 grows the decoder to 5 units on the frozen codes (7000 steps, ~35 min)
 #
@@ -44,7 +44,7 @@ preset() {
   case "$1" in
     mel-43hz) name=mel-43hz down_stages=1 channels=128,256 train_clips=3600 steps=7000 first_units=5
               favoured_books=2 favoured_share=0.5 dropout=0.3 default_books=2 decoder_units=5
-              finetune_steps=4200 finetune_codebook=2048 finetune_share=0.7 finetune_dropout=0.2 refine_steps=600
+              finetune_steps=4200 finetune_codebook=2048 finetune_share=0.7 finetune_dropout=0.2 refine_steps=1200
               refine_args="--lr 2e-4 --warmup 50 --favoured-books 2 --favoured-share 0.5 --asr-weight 5 --stoi-weight 3" ;;
     mel-21hz) name=mel-21hz down_stages=2 channels=128,192,256 train_clips=1200 steps=6000 first_units=2
               favoured_books="" favoured_share=0 dropout=0.6 default_books=4 refine_steps=7000 decoder_units=5

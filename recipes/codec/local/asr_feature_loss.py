@@ -1,12 +1,13 @@
 """An ASR-feature loss for the codec's decoder: a frozen Whisper encoder hears the decoded mel and the original.
 
 The codec's reconstruction loss (L1 + L2 + delta on the log-mel) treats every mel bin alike, so at
-2 books nothing steers the decoder's error away from what speech recognition listens to. This loss compares what Whisper's encoder makes of the decoded mel with what it makes of
-the original mel (mean |difference| of the final encoder states, relative to their mean magnitude),
-so the decoder learns to keep what a recogniser needs. The encoder is frozen; only its input gets a
-gradient. Use a different Whisper as the loss than as the judge (the recipe uses ``base``; the
-benchmark judges with tiny.en and base), so an improved WER is not a recogniser fooled by its own
-loss.
+2 books nothing steers the decoder's error away from what speech recognition listens to. This loss
+compares what Whisper's encoder makes of the decoded mel with what it makes of the original mel
+(mean |difference| of the final encoder states, relative to their mean magnitude), so the decoder
+learns to keep what a recogniser needs. The encoder is frozen; only its input gets a
+gradient. The recipe listens with ``base``; the benchmark's main judge is tiny.en, a recogniser the
+loss never heard, so its WER cannot improve by fooling the loss's own encoder. (The benchmark's
+second judge, base, is the loss's own model: read its WER with that in mind.)
 
 The codec's mel is not Whisper's: HiFi-GAN's natural-log *magnitude* mel at 22.05 kHz, hop 256
 (86.1 frames/s), against Whisper's log10 *power* mel at 16 kHz, hop 160 (100 frames/s). Both use
@@ -90,17 +91,24 @@ class AsrFeatureLoss(torch.nn.Module):
         self.register_buffer("scale", scale.float())
         self.register_buffer("offset", offset.float())
 
-    def whisper_mel(self, mel: torch.Tensor, peak: torch.Tensor) -> torch.Tensor:
-        """Whisper's encoder input for codec mels ``(batch, 80, T)``, clamped 8 below ``peak`` as Whisper does."""
+    def log10_mel(self, mel: torch.Tensor) -> torch.Tensor:
+        """Codec mels ``(batch, 80, T)`` -> Whisper's unscaled log10 mel at 100 Hz, an even number of frames
+        (the encoder's stride-2 convolution wants one)."""
         log10 = self.scale[:, None] * to_whisper_rate(mel) + self.offset[:, None]
-        log10 = log10[..., : log10.shape[-1] // 2 * 2]  # the encoder's stride-2 convolution wants an even length
+        return log10[..., : log10.shape[-1] // 2 * 2]
+
+    @staticmethod
+    def encoder_input(log10: torch.Tensor, peak: torch.Tensor) -> torch.Tensor:
+        """Whisper's scaling of a log10 mel, clamped 8 below ``peak`` as Whisper does."""
         return (torch.maximum(log10, peak - 8.0) + 4.0) / 4.0
 
     def forward(self, decoded: torch.Tensor, original: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            peak = (self.scale[:, None] * to_whisper_rate(original) + self.offset[:, None]).amax(dim=(1, 2), keepdim=True)
-            target = self.encoder(self.whisper_mel(original, peak))
-        states = self.encoder(self.whisper_mel(decoded, peak))
+            original_log10 = self.log10_mel(original)
+            # The original's peak clamps both, so a decoded mel cannot move its own floor.
+            peak = original_log10.amax(dim=(1, 2), keepdim=True)
+            target = self.encoder(self.encoder_input(original_log10, peak))
+        states = self.encoder(self.encoder_input(self.log10_mel(decoded), peak))
         return (states - target).abs().mean() / target.abs().mean()
 
 
