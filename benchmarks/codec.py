@@ -196,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
             c, books, v, how = rows_of[system]
             config = codecs[c, v].config if c else None
             usage = code_entropy(a["codes"], books, config.codebook_size) if a["codes"] else None
-            wers = [f"{100 * corpus_word_errors(a['hyp'][j]).rate:.1f}%" for j in judges]
+            # the error count beside each WER, so a borderline comparison needs no second run
+            counts = [corpus_word_errors(a["hyp"][j]) for j in judges]
+            wers = [f"{100 * e.rate:.1f}% ({e.errors})" for e in counts]
             p95 = 1000 * float(np.percentile(a["steps"], 95)) if a["steps"] else None
             rows.append([
                 system,
@@ -212,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
             ])
         header = ["system", "bit/s", "PESQ-wb", "STOI", "mel dist", *[f"WER {j}" for j in judges],
                   "codes used / entropy", "encode RTF", "decode RTF", "latency ms (alg / measured)"]
-        sections.append(f"**{set_name}**: {len(items)} clips, {seconds:.0f} s\n\n" + markdown_table(header, rows))
+        words = corpus_word_errors(acc["original"]["hyp"][judges[0]]).ref_len
+        sections.append(f"**{set_name}**: {len(items)} clips, {seconds:.0f} s, {words} reference words "
+                        f"(WER columns: rate and error count)\n\n" + markdown_table(header, rows))
     reach = ", ".join(f"{v} {codecs[names[0], v].vocoder.right_reach()}" for v in vocoders)
     described = "; ".join(
         f"`{c}`: {codecs[c, vocoders[0]].config.frame_rate:.2f} Hz code frames, {codecs[c, vocoders[0]].config.num_books} "

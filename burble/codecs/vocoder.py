@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from burble.codecs.mel import HOP, N_MELS
-from burble.codecs.streaming import conv1d
+from burble.codecs.streaming import conv1d, conv_transpose1d
 
 LEAKY_SLOPE = 0.1
 UPSAMPLE_RATES = (8, 8, 2, 2)
@@ -358,7 +358,7 @@ class _ConvTranspose:
         if h.shape[2] == 0 or end <= self.emitted:
             self.history = h
             return x.new_zeros(x.shape[0], self.conv.out_channels, 0)
-        full = F.conv_transpose1d(h, self.conv.weight, self.conv.bias, stride=s)
+        full = conv_transpose1d(h, self.conv.weight, self.conv.bias, stride=s)
         offset = s * self.first - p  # absolute index of full[..., 0]
         out = full[:, :, self.emitted - offset:end - offset]
         self.emitted = end

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import burble.codecs.streaming as streaming_module
-from burble.codecs.streaming import FEW_OUTPUTS, CausalConv1d, StreamingGRU, conv1d, streaming
+from burble.codecs.streaming import FEW_OUTPUTS, CausalConv1d, StreamingGRU, conv1d, conv_transpose1d, streaming
 from codec_helpers import random_pieces
 
 
@@ -105,7 +105,7 @@ def test_streaming_state_starts_empty_in_every_block():
 
 
 @pytest.mark.parametrize(("kernel", "stride", "dilation"), [(3, 1, 1), (3, 1, 9), (4, 2, 1), (7, 1, 1), (1, 1, 1)])
-@pytest.mark.parametrize("outputs", [1, 5, FEW_OUTPUTS, FEW_OUTPUTS + 9])
+@pytest.mark.parametrize("outputs", [1, 5, FEW_OUTPUTS, FEW_OUTPUTS + 9, 300])
 def test_conv1d_equals_torch_for_few_and_many_outputs(kernel, stride, dilation, outputs):
     torch.manual_seed(0)
     weight, bias = torch.randn(6, 5, kernel), torch.randn(6)
@@ -129,3 +129,29 @@ def test_conv1d_takes_one_matrix_product_for_few_outputs(monkeypatch):
     assert calls == []
     conv1d(torch.randn(1, 4, FEW_OUTPUTS + 3), weight, None)
     assert calls == [1]
+
+
+def test_conv1d_gathers_a_long_dilated_conv_in_float32_only(monkeypatch):
+    calls, real = [], F.conv1d
+    monkeypatch.setattr(streaming_module.F, "conv1d", lambda *a, **k: calls.append(1) or real(*a, **k))
+    weight, x = torch.randn(4, 4, 3), torch.randn(1, 4, 400)
+    conv1d(x, weight, None, dilation=3)
+    assert calls == []
+    conv1d(x, weight, None)  # undilated: ATen's kernel is faster
+    conv1d(x.bfloat16(), weight.bfloat16(), None, dilation=3)  # bfloat16 keeps ATen's accumulation
+    assert calls == [1, 1]
+
+
+@pytest.mark.parametrize(("kernel", "stride"), [(16, 8), (4, 2), (3, 2), (2, 2)])
+@pytest.mark.parametrize("steps", [1, 3, 40, 200])
+def test_conv_transpose1d_equals_torch(kernel, stride, steps):
+    torch.manual_seed(0)
+    weight, bias = torch.randn(5, 6, kernel), torch.randn(6)
+    x = torch.randn(1, 5, steps)
+    expected = F.conv_transpose1d(x, weight, bias, stride=stride)
+    got = conv_transpose1d(x, weight, bias, stride=stride)
+    assert got.shape == expected.shape == (1, 6, (steps - 1) * stride + kernel)
+    assert torch.allclose(got, expected, atol=1e-5)
+    # Negative control: the kernel taps reversed are another transposed convolution.
+    if kernel > stride:
+        assert not torch.allclose(conv_transpose1d(x, weight.flip(2), bias, stride=stride), expected, atol=1e-3)
