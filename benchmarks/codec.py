@@ -5,12 +5,13 @@ copy-synthesis (its ceiling), one run.
 Rows: the original; copy-synthesis of the original's log-mel through each vocoder compared
 (``--vocoders``: the codec's own first); each codec at 1/2/4/8 books (whole-file encode and decode,
 its own vocoder); the codec at its default books through each other vocoder; and the default
-books streamed (``stream_encoder`` in 20 ms pieces, ``stream_decoder`` one code frame at a time,
-the exact streaming vocoder) through each vocoder. Columns: bitrate, PESQ-wb and STOI
+books streamed (``stream_encoder`` in 20 ms pieces, ``stream_decoder`` ``--stream-frames`` code
+frames at a time, the exact streaming vocoder) through each vocoder. Columns: bitrate, PESQ-wb and STOI
 against the original (both at 16 kHz), mel distance (mean |log-mel difference| in nats, 22.05 kHz),
 WER of burble tiny.en and base (greedy) on the reconstruction, codebook usage (distinct codes per
 book, and the code entropy as a fraction of 10 bits), encode and decode RTF (decode includes the
-vocoder), and latency (algorithmic; measured adds the p95 compute time of one streaming step).
+vocoder), and latency (algorithmic, including the wait for a step's frames; measured adds the p95
+compute time of one streaming step, which is only the steady state when the streamed RTF is below 1).
 
 Two sets: held-out Piper sentences (the recipe's held-out shard, then its ``test_*`` shards when
 ``--clips`` asks for more than 40: sentences never trained on, the training voice) and the real dev
@@ -76,21 +77,29 @@ def code_entropy(codes: list[np.ndarray], books: int, size: int) -> tuple[float,
     return float(np.mean(usage)), float(np.mean(entropy))
 
 
-def stream(codec, audio: np.ndarray, books: int, piece: int) -> tuple[np.ndarray, list[float]]:
-    """Stream-encode ``audio`` in ``piece``-sample pieces and stream-decode each code frame as it comes."""
+def stream(codec, audio: np.ndarray, books: int, piece: int, frames: int) -> tuple[np.ndarray, list[float]]:
+    """Stream-encode ``audio`` in ``piece``-sample pieces and stream-decode the code frames ``frames``
+    at a time as they come; also the compute time of each decoding step (the piece's encoding included)."""
     encoder = codec.stream_encoder(codec.sample_rate, books)
     decoder = codec.stream_decoder()
     out, steps = [], []
+    waiting = np.zeros((books, 0), dtype=np.int64)
     for start in range(0, audio.size, piece):
         t0 = time.perf_counter()
-        codes = encoder.push(audio[start:start + piece])
-        for j in range(codes.shape[1]):
-            out.append(decoder.push(codes[:, j:j + 1]))
-        if codes.shape[1]:
-            steps.append((time.perf_counter() - t0) / codes.shape[1])
-    codes = encoder.flush()
+        waiting = np.concatenate([waiting, encoder.push(audio[start:start + piece])], axis=1)
+        groups = waiting.shape[1] // frames
+        for j in range(groups):
+            out.append(decoder.push(waiting[:, j * frames:(j + 1) * frames]))
+        waiting = waiting[:, groups * frames:]
+        if groups:
+            steps.append((time.perf_counter() - t0) / groups)
+    codes = np.concatenate([waiting, encoder.flush()], axis=1)
     out += [decoder.push(codes), decoder.flush()]
     return np.concatenate(out), steps
+
+
+def _waited_frames(how: str) -> int:
+    return int(how.split()[1]) - 1 if how.startswith("streamed") else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dev-clips", type=int, default=None, help="clips of real dev speech (default: --clips)")
     parser.add_argument("--books", default="1,2,4,8", help="book counts with a row each")
     parser.add_argument("--no-streamed", action="store_true", help="leave out the streamed rows")
+    parser.add_argument("--stream-frames", default="1,2",
+                        help="code frames decoded per streaming step, a streamed row each (more: less per-call cost, more latency)")
     parser.add_argument("--judges", default="tiny.en,base", help="Whisper models that score the reconstructions")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="4 clips per set, tiny.en only, print only")
@@ -131,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     dev_clips = clips if args.quick or args.dev_clips is None else args.dev_clips
     sets = {"held-out Piper": heldout_piper(args.data_dir, clips), "dev speech (real)": dev_speech(dev_clips)}
     book_rows = [int(b) for b in args.books.split(",")]
-    # every row: (codec name, books, vocoder, how): "copy" (no codec), "whole" or "streamed"
+    # every row: (codec name, books, vocoder, how): "copy" (no codec), "whole" or "streamed N" (N frames a step)
+    stream_frames = [int(n) for n in args.stream_frames.split(",")]
     rows_of: dict[str, tuple] = {"original": (None, None, None, "original")}
     rows_of.update({f"copy-synthesis ({v})": (names[0], None, v, "copy") for v in vocoders})
     for c in names:
@@ -140,10 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         rows_of.update({f"{label} {b} books": (c, b, vocoders[0], "whole") for b in book_rows if b <= config.num_books})
         rows_of.update({f"{label} {default} books ({v})": (c, default, v, "whole") for v in vocoders[1:]})
         if not args.no_streamed:
-            rows_of.update({f"{label} {default} books, streamed ({v})": (c, default, v, "streamed") for v in vocoders})
+            rows_of.update({f"{label} {default} books, streamed {n} frame{'s' if n > 1 else ''}/step ({v})":
+                            (c, default, v, f"streamed {n}") for v in vocoders for n in stream_frames})
     systems = list(rows_of)
-    latency_ms = {s: 1000 * codecs[c, v].algorithmic_latency() / SAMPLE_RATE
-                  for s, (c, b, v, how) in rows_of.items() if b is not None}
+    # a streamed step of N frames waits for N - 1 more frames than the codec's own latency
+    latency_ms = {s: 1000 * (codecs[c, v].algorithmic_latency() + _waited_frames(how) * codecs[c, v].samples_per_frame)
+                  / SAMPLE_RATE for s, (c, b, v, how) in rows_of.items() if b is not None}
     # clips are cut to whole code frames of every codec compared
     frame = max(codecs[c, vocoders[0]].samples_per_frame for c in names)
 
@@ -170,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
                     a["enc"] += t1 - t0
                     a["codes"].append(codes)
                     t0 = t1
-                elif how == "streamed":
-                    outputs[name], steps = stream(codec, audio, books, piece=441)
+                elif how.startswith("streamed"):
+                    outputs[name], steps = stream(codec, audio, books, piece=441, frames=int(how.split()[1]))
                     a["steps"] += steps  # the dec column: encode + decode, streamed
                 if how != "original":
                     a["dec"] += time.perf_counter() - t0
@@ -225,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     body = (f"Codec{'s' if len(names) > 1 else ''} {described}; vocoders: {', '.join(vocoders)} (HiFi-GAN V1; "
             f"right reach in samples: {reach}); rows without a vocoder named use {vocoders[0]}. "
             f"PESQ/STOI/mel distance are against the original; decode RTF includes the vocoder; the streamed rows' "
-            f"RTF is encode + decode, 20 ms of audio in and one code frame decoded per step, through the exact "
+            f"RTF is encode + decode, 20 ms of audio in and N code frames decoded per step, through the exact "
             f"streaming vocoder (layer by layer: the whole-file audio, held back by the vocoder's right reach).\n\n"
             + "\n\n".join(sections))
     append_section("Codec: reconstruction quality, ASR WER, speed", body, machine=machine, write=not args.quick)
