@@ -19,6 +19,7 @@ from torch import nn
 
 FEW_OUTPUTS = 16  # a convolution with at most this many outputs runs as one matrix product
 MAX_TAPS = 1 << 20  # a dilated one does so while its gathered taps hold at most this many values
+FEW_INPUTS = 64  # a transposed one with at most this many inputs too (at 40, ATen's kernel is as fast)
 
 
 def conv1d(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], *, stride: int = 1,
@@ -58,7 +59,7 @@ def conv_transpose1d(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
     """
     in_channels, out_channels, kernel = weight.shape
     steps = x.shape[2]
-    if kernel % stride or x.shape[0] != 1 or not 0 < steps <= 4 * FEW_OUTPUTS or not _float32_cpu(x):
+    if kernel % stride or x.shape[0] != 1 or not 0 < steps <= FEW_INPUTS or not _float32_cpu(x):
         return F.conv_transpose1d(x, weight, bias, stride=stride)
     m = kernel // stride
     # (steps, out, m, stride): what input t writes to outputs stride * (t + r) + j
