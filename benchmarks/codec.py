@@ -98,8 +98,9 @@ def stream(codec, audio: np.ndarray, books: int, piece: int, frames: int) -> tup
     return np.concatenate(out), steps
 
 
-def _waited_frames(how: str) -> int:
-    return int(how.split()[1]) - 1 if how.startswith("streamed") else 0
+def _frames_per_step(how: str) -> int:
+    """N of a ``"streamed N"`` row; 0 for a row that is not streamed."""
+    return int(how.split()[1]) if how.startswith("streamed") else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                             (c, default, v, f"streamed {n}") for v in vocoders for n in stream_frames})
     systems = list(rows_of)
     # a streamed step of N frames waits for N - 1 more frames than the codec's own latency
-    latency_ms = {s: 1000 * (codecs[c, v].algorithmic_latency() + _waited_frames(how) * codecs[c, v].samples_per_frame)
+    latency_ms = {s: 1000 * (codecs[c, v].algorithmic_latency() + max(0, _frames_per_step(how) - 1) * codecs[c, v].samples_per_frame)
                   / SAMPLE_RATE for s, (c, b, v, how) in rows_of.items() if b is not None}
     # clips are cut to whole code frames of every codec compared
     frame = max(codecs[c, vocoders[0]].samples_per_frame for c in names)
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                     a["codes"].append(codes)
                     t0 = t1
                 elif how.startswith("streamed"):
-                    outputs[name], steps = stream(codec, audio, books, piece=441, frames=int(how.split()[1]))
+                    outputs[name], steps = stream(codec, audio, books, piece=441, frames=_frames_per_step(how))
                     a["steps"] += steps  # the dec column: encode + decode, streamed
                 if how != "original":
                     a["dec"] += time.perf_counter() - t0

@@ -155,3 +155,14 @@ def test_conv_transpose1d_equals_torch(kernel, stride, steps):
     # Negative control: the kernel taps reversed are another transposed convolution.
     if kernel > stride:
         assert not torch.allclose(conv_transpose1d(x, weight.flip(2), bias, stride=stride), expected, atol=1e-3)
+
+
+def test_conv_transpose1d_takes_one_matrix_product_for_few_float32_inputs(monkeypatch):
+    calls, real = [], F.conv_transpose1d
+    monkeypatch.setattr(streaming_module.F, "conv_transpose1d", lambda *a, **k: calls.append(1) or real(*a, **k))
+    weight = torch.randn(4, 3, 16)
+    conv_transpose1d(torch.randn(1, 4, 3), weight, None, stride=8)
+    assert calls == []
+    conv_transpose1d(torch.randn(1, 4, 3).bfloat16(), weight.bfloat16(), None, stride=8)  # bfloat16: ATen
+    conv_transpose1d(torch.randn(1, 4, 3), torch.randn(4, 3, 5), None, stride=2)  # kernel not whole strides
+    assert calls == [1, 1]
