@@ -52,6 +52,7 @@ TRANSCRIBE_SYSTEMS: dict[str, dict] = {
     "mtp dynamic tree": {"speculative": "mtp", "draft_tree": "dynamic"},
     "eagle chain": {"speculative": "eagle"},
     "eagle chain k=2": {"speculative": "eagle", "draft_length": 2},
+    "eagle chain k=3": {"speculative": "eagle", "draft_length": 3},
     "eagle tree k=2": {"speculative": "eagle", "draft_length": 2, "draft_tree": "static"},
     "eagle tree k=3": {"speculative": "eagle", "draft_length": 3, "draft_tree": "static"},
     "auto": {"speculative": "auto"},

@@ -20,6 +20,12 @@ projection ``P`` onto the draft vocabulary (the most frequent target tokens): ro
 target's own output embedding and fine-tuned with the layer (it learned faster than with the
 target's rows frozen), shipped in the layer's file.
 
+With ``EagleConfig.feature_layers`` (after Li et al., *EAGLE-3*, 2025) the input feature of a
+verified position is not its final-norm state alone but a learned fusion of it with the outputs of
+earlier target blocks (``fc`` of their concatenation, started as the identity on the final-norm
+state); the target keeps those outputs of every pass (``keep_layer_states``). Drafted positions
+still feed back predicted final-norm features.
+
 Training (``recipes/mtp_heads``, ``--drafter eagle``) unrolls the chain: pass ``s`` of
 :meth:`EagleLayer.unrolled` feeds back pass ``s - 1``'s predictions and attends to exactly the
 entries drafting would have (true features up to the last verified position, its own drafted
@@ -52,6 +58,9 @@ class EagleConfig:
       mlp_size: inner width of the MLP.
       draft_vocab_size: rows of the draft projection.
       target: name of the target model it was trained on (a guard when loading).
+      feature_layers: target blocks whose outputs are fused with the final-norm feature of a
+        verified position (EAGLE-3's low-, mid- and high-level features); empty: the final-norm
+        feature alone. The target must keep them (``keep_layer_states``).
     """
 
     hidden_size: int
@@ -59,6 +68,7 @@ class EagleConfig:
     mlp_size: int
     draft_vocab_size: int = 4096
     target: str = ""
+    feature_layers: tuple[int, ...] = ()
 
 
 def _layer_norm(x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
@@ -94,6 +104,13 @@ class EagleLayer(nn.Module):
         self.cross_query, self.cross_out = nn.Linear(d, d), nn.Linear(d, d)
         self.up, self.down = nn.Linear(d, config.mlp_size), nn.Linear(config.mlp_size, d)
         self.register_buffer("draft_ids", draft_ids.long().clone())
+        # The fusion of a verified position's block outputs and final-norm feature into one feature
+        # (drafted positions feed back predicted features, which live in the final-norm space).
+        self.fuse: Optional[nn.Linear] = None
+        if config.feature_layers:
+            parts = len(config.feature_layers) + 1
+            self.fuse = nn.Linear(parts * d, d)
+            self.register_buffer("feature_scales", torch.ones(parts))  # each part's typical size
         # Draft-vocabulary output rows, started from the target's own (``init_projection``) and
         # fine-tuned with the layer: a layer that must land on the target's rows exactly learns slower.
         self.projection = nn.Parameter(torch.zeros(config.draft_vocab_size, d))
@@ -120,6 +137,30 @@ class EagleLayer(nn.Module):
                 projection.bias.zero_()
             self.fc.weight.copy_(torch.cat([torch.eye(d), torch.zeros(d, d)], dim=1))
             self.fc.bias.zero_()
+
+    def init_fuse(self, feature_scales: torch.Tensor) -> None:
+        """Start the fusion as the identity on the final-norm feature (a fresh fused layer drafts
+        like an unfused one), its inputs divided by ``feature_scales`` ``(len(feature_layers) + 1,)``:
+        the block outputs are ~50x smaller than the final-norm states."""
+        if self.fuse is None:
+            raise ValueError("this layer fuses no block outputs (feature_layers is empty)")
+        d = self.config.hidden_size
+        with torch.no_grad():
+            self.feature_scales.copy_(feature_scales)
+            self.fuse.weight.zero_()
+            self.fuse.bias.zero_()
+            self.fuse.weight[:, -d:] = torch.eye(d) * float(feature_scales[-1])
+
+    def features(self, final: torch.Tensor, block_outputs: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The input features of verified positions: their final-norm states ``(..., D)``, fused
+        with the kept block outputs ``(..., L, D)`` when the layer has ``feature_layers``."""
+        if self.fuse is None:
+            return final
+        if block_outputs is None:
+            raise ValueError("this layer fuses block outputs: pass the target's kept block outputs")
+        parts = torch.cat([block_outputs.to(final.dtype), final.unsqueeze(-2)], dim=-2)
+        parts = parts / self.feature_scales[:, None].to(final.dtype)
+        return _linear(parts.flatten(-2), self.fuse)
 
     def init_projection(self, target_embedding: torch.Tensor) -> None:
         """Start the projection from the draft rows of the target's (tied) output embedding ``(V, D)``."""
@@ -211,7 +252,8 @@ class EagleLayer(nn.Module):
             meta = f.metadata() or {}
             if "eagle_config" not in meta:
                 raise ValueError(f"{path}: not a draft-layer file (no eagle_config metadata)")
-            config = EagleConfig(**json.loads(meta["eagle_config"]))
+            fields = json.loads(meta["eagle_config"])
+            config = EagleConfig(**fields | {"feature_layers": tuple(fields.get("feature_layers", ()))})
             tensors = {name: f.get_tensor(name) for name in f.keys()}
         layer = cls(config, tensors.pop("draft_ids").long())
         layer.load_state_dict({name: t.to(dtype) for name, t in tensors.items()} | {"draft_ids": layer.draft_ids})
@@ -252,6 +294,11 @@ class EagleDrafter:
         self.max_tokens = max_tokens
         # Leaves only where the loop can verify a tree (greedy passes of a model with forward_tree).
         self.first_candidates = first_candidates if hasattr(model, "forward_tree") else 1
+        if layer.config.feature_layers:
+            keep = getattr(model, "keep_layer_states", None)
+            if keep is None:
+                raise ValueError("this draft layer fuses block outputs, and the target keeps none (no keep_layer_states)")
+            keep(layer.config.feature_layers)
         self._alternatives: list[int] = []  # the last tree's first-position leaves
         self._tree_root = -1  # the position its pass started from
         self._first: Optional[int] = None  # absolute position of cache entry 0
@@ -298,7 +345,13 @@ class EagleDrafter:
         first_new = self._first + self._verified
         layer = self.layer
         embed = self.model.embed_tokens
-        features = hidden[0, self._rows(tokens, start, first_new, last, hidden.shape[1])].float()[None]
+        rows = self._rows(tokens, start, first_new, last, hidden.shape[1])
+        features = hidden[0, rows].float()[None]
+        if layer.fuse is not None:
+            kept = self.model.last_layer_states()  # type: ignore[attr-defined]
+            if kept is None:  # a pass that kept none (a batch of rows): nothing to start from
+                return Draft([])
+            features = layer.features(features, kept[0, rows].float()[None])
         following = torch.tensor([list(tokens[first_new + 1 : last + 2])], device=features.device)
         memory = self.model.draft_memory()
         predicted = self._attend(layer._input(features, embed(following)), memory)[:, -1:]

@@ -104,6 +104,9 @@ class HiddenStateModel(Protocol):
     # draft mass on tokens the target would reject for certain.
     # Optional: ``draft_inputs(tokens, n) -> (n, D)``, the decoder inputs of the last ``n`` of
     # ``tokens`` at their positions (for heads with ``MTPConfig.decoder_inputs``).
+    # Optional: ``keep_layer_states(layers)`` and ``last_layer_states() -> (B, T, L, D) | None``, the
+    # outputs of those blocks at the positions of ``last_hidden_states`` (for a draft layer with
+    # ``EagleConfig.feature_layers``).
 
 
 # Keys/values of a head's memory, and how many consecutive rows of a training batch read each

@@ -9,7 +9,8 @@
 #   0  data:    Piper + espeak-ng speech of LJ sentences -> Whisper's greedy transcripts and decoder
 #               states, in shards under $cache/data (finished shards are kept: a rerun resumes)
 #   1  train:   the draft vocabulary, then the heads (checkpoint: model, optimiser, epoch, position);
-#               --drafter eagle: one draft decoder layer instead (local/train_eagle.py)
+#               --drafter eagle: one draft decoder layer instead (local/train_eagle.py); with
+#               --feature-layers, the decoder's block outputs first (local/layer_states.py)
 #   2  export:  heads -> burble/asr/whisper/heads/<model>.mtp.safetensors (what burble ships);
 #               the draft layer -> <model>.eagle.safetensors
 #   3  report:  curves and acceptance on the real dev speech -> RESULTS.md, report.png
@@ -30,6 +31,8 @@ draft_vocab=4096
 threads=0             # torch threads of training (0: all cores)
 drafter=heads         # heads (Hydra-style MTP heads) or eagle (a one-layer draft model)
 eagle_vocab=8192      # the draft layer's vocabulary (its output rows are fine-tuned)
+feature_layers=0,2     # draft layer: Whisper blocks whose outputs join its input feature (EAGLE-3; "": none)
+kd_weight=1           # draft layer: weight of the soft-target loss (Whisper's distribution) beside the greedy token
 workers=2             # stage-0 processes (one torch thread each)
 augment=0             # share of stage-0 clips given room, noise, speed, phone-band and level effects
 cache=""              # default: ~/.cache/burble/mtp_heads/<model>
@@ -51,7 +54,9 @@ while [ $# -gt 0 ]; do
     --workers) workers=$2; shift 2 ;;
     --augment) augment=$2; shift 2 ;;
     --cache) cache=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --feature-layers) feature_layers=$2; shift 2 ;;
+    --kd-weight) kd_weight=$2; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -86,7 +91,7 @@ if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
   if [ "$drafter" = eagle ]; then
     log "stage 1: train the draft layer ($epochs epochs) -> $cache/exp"
     $PYTHON "$recipe_dir/local/train_eagle.py" --data "$cache/data" --exp-dir "$cache/exp" --model "$model" \
-      --epochs "$epochs" --draft-vocab "$eagle_vocab" --threads "$threads"
+      --epochs "$epochs" --draft-vocab "$eagle_vocab" --threads "$threads" --feature-layers "$feature_layers" --kd-weight "$kd_weight"
   else
     log "stage 1: train $num_heads heads ($epochs epochs) -> $cache/exp"
     $PYTHON "$recipe_dir/local/train.py" --data "$cache/data" --exp-dir "$cache/exp" --model "$model" \

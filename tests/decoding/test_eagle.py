@@ -15,10 +15,11 @@ from burble.testing.toy_models import HiddenTableModel
 D, HEADS, VOCAB = 16, 4, 64
 
 
-def random_layer(seed: int, hidden: int = D, heads: int = HEADS, vocab: int = VOCAB) -> EagleLayer:
+def random_layer(seed: int, hidden: int = D, heads: int = HEADS, vocab: int = VOCAB, feature_layers: tuple[int, ...] = ()) -> EagleLayer:
     torch.manual_seed(seed)
-    layer = EagleLayer(EagleConfig(hidden_size=hidden, num_attention_heads=heads, mlp_size=2 * hidden, draft_vocab_size=vocab),
-                       torch.randperm(vocab))
+    config = EagleConfig(hidden_size=hidden, num_attention_heads=heads, mlp_size=2 * hidden, draft_vocab_size=vocab,
+                         feature_layers=feature_layers)
+    layer = EagleLayer(config, torch.randperm(vocab))
     with torch.no_grad():
         for p in layer.parameters():
             p.normal_(std=0.5)
@@ -26,14 +27,26 @@ def random_layer(seed: int, hidden: int = D, heads: int = HEADS, vocab: int = VO
 
 
 class FeatureModel:
-    """A stand-in target whose "passes" expose given rows of a fixed feature table."""
+    """A stand-in target whose "passes" expose given rows of a fixed feature table (and, for fused
+    layers, of a table of block outputs ``(T, blocks, D)``)."""
 
-    def __init__(self, features: torch.Tensor, embedding: torch.Tensor, memory: tuple[torch.Tensor, torch.Tensor]) -> None:
-        self.features, self.embedding, self.memory = features, embedding, memory
+    def __init__(self, features: torch.Tensor, embedding: torch.Tensor, memory: tuple[torch.Tensor, torch.Tensor],
+                 blocks: Optional[torch.Tensor] = None) -> None:
+        self.features, self.embedding, self.memory, self.blocks = features, embedding, memory, blocks
         self._last: tuple[int, Optional[torch.Tensor]] = (0, None)
+        self.kept: tuple[int, ...] = ()
+        self._last_layers: Optional[torch.Tensor] = None
 
     def ran(self, start: int, stop: int) -> None:
         self._last = (start, self.features[None, start:stop])
+        if self.blocks is not None and self.kept:
+            self._last_layers = self.blocks[None, start:stop][:, :, list(self.kept)]
+
+    def keep_layer_states(self, layers: tuple[int, ...]) -> None:
+        self.kept = tuple(layers)
+
+    def last_layer_states(self) -> Optional[torch.Tensor]:
+        return self._last_layers
 
     def last_hidden_states(self) -> tuple[int, Optional[torch.Tensor]]:
         return self._last
@@ -45,22 +58,25 @@ class FeatureModel:
         return self.memory
 
 
-def setup(seed: int, length: int = 10) -> tuple[EagleLayer, FeatureModel, list[int]]:
-    layer = random_layer(seed)
+def setup(seed: int, length: int = 10, feature_layers: tuple[int, ...] = ()) -> tuple[EagleLayer, FeatureModel, list[int]]:
+    layer = random_layer(seed, feature_layers=feature_layers)
     gen = torch.Generator().manual_seed(seed + 100)
     features = torch.randn(length, D, generator=gen)
     embedding = torch.randn(VOCAB, D, generator=gen)
     memory = (torch.randn(1, HEADS, 7, D // HEADS, generator=gen), torch.randn(1, HEADS, 7, D // HEADS, generator=gen))
+    blocks = torch.randn(length, 3, D, generator=gen)  # three target blocks' outputs per position
     layer.init_projection(embedding)
     tokens = torch.randint(0, VOCAB, (length + 1,), generator=gen).tolist()
-    return layer, FeatureModel(features, embedding, memory), tokens
+    return layer, FeatureModel(features, embedding, memory, blocks), tokens
 
 
+@pytest.mark.parametrize("feature_layers", [(), (0, 2)])  # the final-norm feature alone, or fused with block outputs
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_drafting_equals_the_unrolled_training_chain(seed: int):
+def test_drafting_equals_the_unrolled_training_chain(seed: int, feature_layers: tuple[int, ...]):
     """A chain drafted after two passes (the cache filled in two steps) is what pass ``s`` of
-    ``unrolled`` predicts at row ``last + s``, given the drafted tokens as the ones that follow."""
-    layer, model, tokens = setup(seed)
+    ``unrolled`` predicts at row ``last + s``, given the drafted tokens as the ones that follow
+    (and, for a fused layer, the fused features of the verified positions, as training feeds it)."""
+    layer, model, tokens = setup(seed, feature_layers=feature_layers)
     last, k = 5, 3
     drafter = EagleDrafter(model, layer)
     model.ran(0, 1)  # the prompt's pass: position 0 only
@@ -71,6 +87,9 @@ def test_drafting_equals_the_unrolled_training_chain(seed: int):
     following = tokens[1 : last + 2] + draft[:-1]  # x_1 .. x_{last+1}, then the drafted tokens
     rows = last + k
     features = model.features[None, :rows]
+    if feature_layers:
+        assert model.kept == feature_layers  # the drafter asked the target to keep them
+        features = layer.features(features, model.blocks[None, :rows][:, :, list(feature_layers)])
     embeddings = model.embedding[torch.tensor(following[:rows])][None]
     memory = model.memory
     outputs = layer.unrolled(features, embeddings, memory, passes=k)
@@ -80,6 +99,24 @@ def test_drafting_equals_the_unrolled_training_chain(seed: int):
     # Negative control: the chain at another position is another chain.
     shifted = [ids[int(layer.logits(outputs[s][0, last - 1 + s]).argmax())] for s in range(k)]
     assert shifted != draft
+
+
+def test_a_fresh_fusion_drafts_like_the_layer_without_one():
+    """``init_fuse`` starts as the identity on the final-norm feature: until training moves it, the
+    block outputs change nothing; once its block part is set, they do (the negative control)."""
+    layer, model, _ = setup(5, feature_layers=(1,))
+    layer.init_fuse(torch.tensor([0.3, 7.0]))
+    final, blocks = model.features[None], model.blocks[None][:, :, [1]]
+    assert torch.allclose(layer.features(final, blocks), final, atol=1e-5)
+    with torch.no_grad():
+        layer.fuse.weight[:, :D] = torch.eye(D)
+    assert not torch.allclose(layer.features(final, blocks), final, atol=1e-2)
+
+
+def test_a_fused_layer_needs_a_target_that_keeps_block_outputs():
+    layer = random_layer(6, hidden=8, heads=2, vocab=8, feature_layers=(0,))
+    with pytest.raises(ValueError, match="keeps none"):
+        EagleDrafter(HiddenTableModel(8), layer)
 
 
 def test_unrolled_pass_zero_is_causal():
@@ -109,12 +146,15 @@ def test_decoding_with_a_random_draft_layer_is_lossless(seed: int, first_candida
     assert result.stats.drafted > 0
 
 
-def test_save_and_load_round_trip(tmp_path):
-    layer, _, _ = setup(4)
+@pytest.mark.parametrize("feature_layers", [(), (0, 2)])
+def test_save_and_load_round_trip(tmp_path, feature_layers: tuple[int, ...]):
+    layer, _, _ = setup(4, feature_layers=feature_layers)
     path = tmp_path / "layer.safetensors"
     layer.save(path)
     loaded = EagleLayer.load(path)
     assert loaded.config == layer.config
+    if feature_layers:
+        assert loaded.fuse is not None and torch.equal(loaded.fuse.weight, layer.fuse.weight.half())
     assert torch.equal(loaded.draft_ids, layer.draft_ids)
     assert loaded.fc.weight.dtype == torch.float16 and torch.equal(loaded.fc.weight, layer.fc.weight.half())
     with pytest.raises(ValueError, match="not a draft-layer file"):

@@ -8,7 +8,7 @@ the same names. Every attention call goes through :func:`burble.kernels.attentio
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -227,6 +227,7 @@ class TextDecoder(nn.Module):
         capture: Optional[dict[int, list[int]]] = None,
         positions: Optional[torch.Tensor] = None,
         row_starts: Optional[torch.Tensor] = None,
+        block_outputs: Optional[list[torch.Tensor]] = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Like :meth:`forward`, but return the final-norm states ``(B, T, D)`` the logits are
         projected from (what multi-token-prediction draft heads read) instead of the logits.
@@ -236,6 +237,8 @@ class TextDecoder(nn.Module):
             depths); default ``cache.length ..``.
           row_starts: ``(B,)`` each row's own first position (a ragged batch); the rows attend
             causally to their own positions only, and ``cache.length`` becomes the last row's end.
+          block_outputs: a list to append each block's output ``(B, T, D)`` to (the residual
+            stream before the final norm: what a multi-layer draft layer fuses).
         """
         start: int | torch.Tensor = cache.length
         length = tokens.shape[1]
@@ -259,6 +262,8 @@ class TextDecoder(nn.Module):
             x, weights = block.forward_decoder(x, cache, layer, start, attn_mask, heads)
             if weights is not None:
                 captured.append(weights)
+            if block_outputs is not None:
+                block_outputs.append(x)
         cache.length = end
         return self.ln(x), captured
 
@@ -366,6 +371,8 @@ class WhisperTextModel:
         self.record: Optional[CrossAttentionRecord] = None
         self.row_records: Optional[list[CrossAttentionRecord]] = None
         self.logit_screen: Optional[ScreenPolicy] = None
+        self._kept_layers: tuple[int, ...] = ()  # blocks whose outputs a pass keeps (keep_layer_states)
+        self._last_layers: Optional[torch.Tensor] = None
         if cross is not None and len(cross) < self.num_layers:
             raise ValueError(f"{len(cross)} layers of cross-attention K/V for a {self.num_layers}-layer decoder")
         if cross_rows is not None:  # nothing shared: each row's K/V are read where its stream keeps them
@@ -381,6 +388,7 @@ class WhisperTextModel:
         view.cross_rows = None if self.cross_rows is None else [row[:num_layers] for row in self.cross_rows]
         view.record, view.row_records = None, None  # drafts are not the text
         view.logit_screen = self.logit_screen
+        view._kept_layers, view._last_layers = (), None  # a drafter of its own: nothing to keep
         view._cross = self._cross[:num_layers]
         return view
 
@@ -410,11 +418,33 @@ class WhisperTextModel:
     def _hidden(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """The decoder's final-norm states of a linear pass (recorded, if asked)."""
         start = cache.length
-        hidden, weights = self.model.decoder.hidden_states(tokens, cache, num_layers=self.num_layers, capture=self._capture())
+        outputs = self._block_outputs()
+        hidden, weights = self.model.decoder.hidden_states(
+            tokens, cache, num_layers=self.num_layers, capture=self._capture(), block_outputs=outputs
+        )
         self._record([start] * tokens.shape[0], tokens, weights)
         # Kept for multi-token-prediction drafting (burble.decoding.mtp): a reference, no copy.
         self._last_hidden = (start, hidden)
+        self._keep(outputs)
         return hidden
+
+    def keep_layer_states(self, layers: Sequence[int]) -> None:
+        """Keep the outputs of decoder blocks ``layers`` of every later pass beside its final-norm
+        states (:meth:`last_layer_states`): an EAGLE-3-style draft layer fuses them."""
+        if any(not 0 <= layer < self.num_layers for layer in layers):
+            raise ValueError(f"blocks {list(layers)} of a {self.num_layers}-layer decoder")
+        self._kept_layers = tuple(layers)
+
+    def last_layer_states(self) -> Optional[torch.Tensor]:
+        """``(B, T, L, D)``: the kept blocks' outputs at the positions of :meth:`last_hidden_states`
+        (``None`` when no blocks are kept or the last pass kept none)."""
+        return self._last_layers
+
+    def _block_outputs(self) -> Optional[list[torch.Tensor]]:
+        return [] if self._kept_layers else None
+
+    def _keep(self, outputs: Optional[list[torch.Tensor]]) -> None:
+        self._last_layers = None if outputs is None else torch.stack([outputs[i] for i in self._kept_layers], dim=2)
 
     def _capture(self) -> Optional[dict[int, list[int]]]:
         if self.record is not None:
@@ -449,16 +479,19 @@ class WhisperTextModel:
         )
         self._record(starts.tolist(), tokens, weights)
         self._last_hidden = (0, None)  # per-row positions: nothing a batch-1 MTP drafter may read
+        self._last_layers = None
         return self._project(hidden)
 
     @torch.inference_mode()
     def forward_tree(self, tokens: torch.Tensor, cache: KVCache, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Score a draft tree in one pass (:class:`burble.decoding.model.TreeModel`)."""
         start = cache.length
+        outputs = self._block_outputs()
         hidden, _ = self.model.decoder.hidden_states(
-            tokens, cache, num_layers=self.num_layers, attn_mask=mask[None, None], positions=positions
+            tokens, cache, num_layers=self.num_layers, attn_mask=mask[None, None], positions=positions, block_outputs=outputs
         )
         self._last_hidden = (start, hidden)
+        self._keep(outputs)
         return self._project(hidden)
 
     def last_hidden_states(self) -> tuple[int, Optional[torch.Tensor]]:

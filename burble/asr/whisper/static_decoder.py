@@ -183,7 +183,8 @@ class StaticWhisperTextModel(WhisperTextModel):
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
         step = self._step
-        if tokens.shape[1] != 1 or step is None or not step.owns(cache):
+        # A drafter that fuses block outputs (keep_layer_states) reads what only the dynamic pass keeps.
+        if tokens.shape[1] != 1 or step is None or not step.owns(cache) or self._kept_layers:
             return super().forward(tokens, cache)
         start = cache.length
         if start >= cache.max_length:
@@ -192,6 +193,7 @@ class StaticWhisperTextModel(WhisperTextModel):
         cache.length = start + 1
         assert step.hidden is not None
         self._last_hidden = (start, step.hidden.clone())
+        self._last_layers = None
         return logits
 
 

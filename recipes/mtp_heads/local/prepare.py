@@ -44,7 +44,6 @@ from burble.asr.prompt import build_prompt  # noqa: E402
 from burble.asr.search import decode_window  # noqa: E402
 from burble.audio.io import load_audio  # noqa: E402
 from burble.audio.resample import resample  # noqa: E402
-from burble.decoding.kv_cache import KVCache  # noqa: E402
 from burble.testing.synthetic import held_out_sentence_ids, read_sentences  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

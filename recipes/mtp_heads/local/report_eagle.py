@@ -84,12 +84,21 @@ def main(argv: list[str] | None = None) -> int:
         curve.append(f"| {h['epoch']} | {h['step']} | {losses} | {' / '.join(f'{a:.3f}' for a in h['pass_accuracy'])} "
                      f"| {h['mean_accepted_length']:.2f} |")
     config = record["config"]
+    import torch
+
+    # The training options (fusion, soft targets) are the checkpoint's arguments.
+    trained = torch.load(args.exp_dir / "eagle_checkpoint.pt", weights_only=False, map_location="cpu")["config"]
+    inputs = "its final-norm state"
+    if config.get("feature_layers"):
+        inputs = f"its final-norm state fused with the outputs of decoder blocks {', '.join(map(str, config['feature_layers']))} (EAGLE-3)"
+    soft = f" plus {trained['kd_weight']:g} x the KL divergence from Whisper's own distribution" if trained.get("kd_weight") else ""
     text = f"""# mtp_heads, `--drafter eagle`: results ({args.model})
 
 Draft layer: one decoder block (width {config['hidden_size']}, {config['num_attention_heads']} heads, MLP {config['mlp_size']})
 started from Whisper's last block, over a {config['draft_vocab_size']}-token draft vocabulary covering
 {record['draft_vocab_coverage']:.2%} of the training transcripts' tokens; {record['passes']} drafting steps unrolled in
-training. Data: {record['train_clips']} training clips ({record['train_rows']} decoder positions) and {record['val_clips']}
+training. A verified position's input feature is {inputs}; token loss: cross-entropy of Whisper's greedy
+token{soft}. Data: {record['train_clips']} training clips ({record['train_rows']} decoder positions) and {record['val_clips']}
 held-out clips ({record['val_rows']} positions) of synthetic speech (Piper and espeak-ng voices of LJ Speech sentences,
 Whisper's own greedy transcripts; the clips stage 0 made with `--augment` also have room, noise, speed, phone-band and
 level effects, `local/augment.py`). Training time: {record['train_seconds'] / 60:.1f} min on this machine's CPU.

@@ -8,7 +8,9 @@ here once per clip from the stage-0 encoder states, as the target computes them 
 
 Each step unrolls ``--passes`` drafting steps (``EagleLayer.unrolled``): pass ``s`` is fed pass
 ``s - 1``'s predictions, exactly as drafting feeds back its own, so the chain is trained as it
-runs. Loss per pass: smooth L1 on the predicted feature (in units of the features' standard
+runs. With ``--feature-layers`` the input feature of a verified position fuses Whisper's block
+outputs with its final-norm state (EAGLE-3; ``local/layer_states.py`` makes them once per shard).
+Loss per pass: smooth L1 on the predicted feature (in units of the features' standard
 deviation) plus ``--token-weight`` x cross-entropy of the next-next token over the draft
 vocabulary (Whisper's own greedy transcript: self-distillation).
 
@@ -45,20 +47,27 @@ from burble.asr.pipeline import load_model  # noqa: E402
 from burble.decoding.eagle import EagleConfig, EagleLayer, chain_acceptance  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from layer_states import ensure_layer_states, layers_path  # noqa: E402
 from train import IGNORE, save_checkpoint  # noqa: E402  (the heads' trainer, beside this file)
 
 
 class Clips:
     """Per clip: target features ``(n, D)`` fp16, tokens ``(n + 1,)`` and the encoder states
     ``(S, D)`` fp16, which a batch projects to the last block's audio keys/values (keeping those for
-    every clip took 2.3 MB a clip: 5400 clips outgrew 24 GB)."""
+    every clip took 2.3 MB a clip: 5400 clips outgrew 24 GB); with ``feature_layers``, those
+    blocks' outputs ``(n, L, D)`` fp16 too."""
 
-    def __init__(self, paths: list[Path], block: torch.nn.Module) -> None:
+    def __init__(self, paths: list[Path], block: torch.nn.Module, feature_layers: tuple[int, ...] = ()) -> None:
         self.block = block
         self.features: list[torch.Tensor] = []
         self.tokens: list[torch.Tensor] = []
         self.audio: list[torch.Tensor] = []
+        self.blocks: list[torch.Tensor] = []
         for path in paths:
+            if feature_layers:
+                with safe_open(str(layers_path(path)), framework="pt") as f:
+                    count = len(list(f.keys()))
+                    self.blocks += [f.get_tensor(f"{c}.layers")[:, list(feature_layers)].contiguous() for c in range(count)]
             with safe_open(str(path), framework="pt") as f:
                 names = set(f.keys())
                 for c in sorted({k.split(".")[0] for k in names}, key=int):
@@ -67,6 +76,8 @@ class Clips:
                     self.features.append(f.get_tensor(f"{c}.hidden"))
                     self.tokens.append(f.get_tensor(f"{c}.tokens").long())
                     self.audio.append(f.get_tensor(f"{c}.audio"))
+        if feature_layers and len(self.blocks) != len(self.features):
+            raise ValueError(f"{len(self.blocks)} clips of block outputs for {len(self.features)} clips (remake them: local/layer_states.py)")
 
     def __len__(self) -> int:
         return len(self.features)
@@ -76,8 +87,8 @@ class Clips:
         return sum(f.shape[0] for f in self.features)
 
     def batch(self, clips: list[int], embedding: torch.Tensor, lookup: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Padded tensors of ``clips``: input features and next-token embeddings, target features
-        and target draft rows (``IGNORE`` where there is none)."""
+        """Padded tensors of ``clips``: input features (and block outputs) and next-token embeddings,
+        target features and target draft rows (``IGNORE`` where there is none)."""
         t = max(self.features[c].shape[0] for c in clips)
         d = embedding.shape[1]
         b = len(clips)
@@ -85,6 +96,7 @@ class Clips:
         following = torch.zeros(b, t, dtype=torch.long)
         target_features = torch.zeros(b, t, d)
         targets = torch.full((b, t), IGNORE, dtype=torch.long)
+        blocks = torch.zeros(b, t, self.blocks[0].shape[1], d) if self.blocks else None
         for row, c in enumerate(clips):
             f, tokens = self.features[c].float(), self.tokens[c]
             n = f.shape[0]
@@ -92,15 +104,34 @@ class Clips:
             following[row, :n] = tokens[1 : n + 1]
             target_features[row, : n - 1] = f[1:]
             targets[row, : n - 1] = lookup[tokens[2 : n + 1]]
+            if blocks is not None:
+                blocks[row, :n] = self.blocks[c].float()
         with torch.no_grad():  # Whisper's own (frozen) projections, as the target computes them
             keys, values = self.block.project_kv(torch.stack([self.audio[c] for c in clips]).float())
         return {"features": features, "embeddings": embedding[following], "target_features": target_features, "targets": targets,
-                "keys": keys, "values": values}
+                "keys": keys, "values": values, "blocks": blocks}
 
 
-def losses(layer: EagleLayer, batch: dict[str, torch.Tensor], passes: int, feature_scale: float) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
-    """Per pass: the feature loss, the token loss and which rows' tokens were right (valid rows only)."""
-    outputs = layer.unrolled(batch["features"], batch["embeddings"], (batch["keys"], batch["values"]), passes)
+def unrolled(layer: EagleLayer, batch: dict, passes: int, noise: float = 0.0) -> list[torch.Tensor]:
+    """The layer's unrolled chains over a batch, from its input features (fused, for a layer with
+    ``feature_layers``) plus Gaussian ``noise`` of that standard deviation (EAGLE's regulariser)."""
+    features = layer.features(batch["features"], batch["blocks"])
+    if noise:
+        features = features + torch.randn_like(features) * noise
+    return layer.unrolled(features, batch["embeddings"], (batch["keys"], batch["values"]), passes)
+
+
+def losses(
+    layer: EagleLayer, batch: dict, passes: int, feature_scale: float, noise: float = 0.0,
+    teacher_rows: torch.Tensor | None = None, kd_weight: float = 0.0,
+) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+    """Per pass: the feature loss, the token loss and which rows' tokens were right (valid rows only).
+
+    With ``kd_weight``, the token loss adds that times the KL divergence from Whisper's own
+    distribution over the draft vocabulary (its target feature times ``teacher_rows``, its output
+    embedding's draft rows) to the layer's: soft targets beside the greedy token.
+    """
+    outputs = unrolled(layer, batch, passes, noise)
     rows = torch.arange(batch["targets"].shape[1])
     feature_losses, token_losses, correct = [], [], []
     for s, predicted in enumerate(outputs):
@@ -109,7 +140,12 @@ def losses(layer: EagleLayer, batch: dict[str, torch.Tensor], passes: int, featu
         feature_losses.append(torch.nn.functional.smooth_l1_loss(pred / feature_scale, target / feature_scale))
         logits = layer.logits(pred)
         tokens = batch["targets"][valid]
-        token_losses.append(torch.nn.functional.cross_entropy(logits, tokens))
+        token_loss = torch.nn.functional.cross_entropy(logits, tokens)
+        if kd_weight:
+            teacher = torch.log_softmax(target @ teacher_rows.T, dim=-1)  # type: ignore[union-attr]
+            student = torch.log_softmax(logits, dim=-1)
+            token_loss = token_loss + kd_weight * torch.nn.functional.kl_div(student, teacher, log_target=True, reduction="batchmean")
+        token_losses.append(token_loss)
         correct.append(logits.argmax(dim=-1) == tokens)
     return feature_losses, token_losses, correct
 
@@ -122,7 +158,7 @@ def evaluate(layer: EagleLayer, clips: Clips, embedding: torch.Tensor, lookup: t
     chains: list[torch.Tensor] = []
     for lo in range(0, len(clips), 32):
         batch = clips.batch(list(range(lo, min(lo + 32, len(clips)))), embedding, lookup)
-        outputs = layer.unrolled(batch["features"], batch["embeddings"], (batch["keys"], batch["values"]), passes)
+        outputs = unrolled(layer, batch, passes)
         targets = batch["targets"]
         hits = [(layer.logits(o).argmax(dim=-1) == targets) & (targets != IGNORE) for o in outputs]
         for s in range(passes):
@@ -157,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="start the layer from Whisper's last decoder block, or from PyTorch's random initialisation")
     parser.add_argument("--feature-noise", type=float, default=0.2,
                         help="Gaussian noise on the input features in training, in units of their standard deviation (EAGLE's regulariser)")
+    parser.add_argument("--feature-layers", default="0,2",
+                        help="comma-separated Whisper decoder blocks whose outputs join the final-norm feature (EAGLE-3); empty: none")
+    parser.add_argument("--kd-weight", type=float, default=1.0,
+                        help="weight of the KL divergence from Whisper's distribution over the draft vocabulary (soft targets); 0: the greedy token only")
     parser.add_argument("--freeze-projection", action="store_true", help="keep the target's own output rows (no fine-tuning)")
     parser.add_argument("--val-shards", type=int, default=2)
     parser.add_argument("--save-every", type=int, default=50, help="steps between checkpoints")
@@ -170,12 +210,16 @@ def main(argv: list[str] | None = None) -> int:
     if len(shards) <= args.val_shards:
         print(f"train_eagle.py: need more than {args.val_shards} shards in {args.data}, found {len(shards)}", file=sys.stderr)
         return 2
+    feature_layers = tuple(int(x) for x in args.feature_layers.split(",") if x)
+    if feature_layers:
+        ensure_layer_states(args.data, args.model)
     asr = load_model(args.model)
     whisper = asr.whisper.model
     block = whisper.decoder.blocks[-1]
     embedding = whisper.decoder.token_embedding.weight.detach().float()
     started = time.perf_counter()
-    train, val = Clips(shards[: -args.val_shards], block.cross_attn), Clips(shards[-args.val_shards :], block.cross_attn)
+    train = Clips(shards[: -args.val_shards], block.cross_attn, feature_layers)
+    val = Clips(shards[-args.val_shards :], block.cross_attn, feature_layers)
     print(f"{len(train)} training clips ({train.rows} positions), {len(val)} held out ({val.rows}); "
           f"loaded in {time.perf_counter() - started:.0f} s", flush=True)
 
@@ -190,14 +234,20 @@ def main(argv: list[str] | None = None) -> int:
     draft_ids = torch.tensor(vocab["ids"])
     lookup = torch.full((embedding.shape[0],), IGNORE, dtype=torch.long)
     lookup[draft_ids] = torch.arange(len(draft_ids))
+    teacher_rows = embedding[draft_ids]  # Whisper's (tied) output rows of the draft vocabulary
     feature_scale = float(torch.cat([f[:64].float() for f in train.features[:200]]).std())
     print(f"draft vocabulary: {len(draft_ids)} tokens covering {vocab['coverage']:.2%}; feature std {feature_scale:.2f}", flush=True)
 
     config = EagleConfig(hidden_size=embedding.shape[1], num_attention_heads=whisper.dims.n_text_head,
-                         mlp_size=block.mlp[0].out_features, draft_vocab_size=len(draft_ids), target=args.model)
+                         mlp_size=block.mlp[0].out_features, draft_vocab_size=len(draft_ids), target=args.model,
+                         feature_layers=feature_layers)
     layer = EagleLayer(config, draft_ids)
     if args.init == "last-block":
         layer.init_from_block(block)
+    if feature_layers:
+        sample = train.blocks[:200]
+        scales = [float(torch.cat([b[:64, i].float() for b in sample]).std()) for i in range(len(feature_layers))]
+        layer.init_fuse(torch.tensor(scales + [feature_scale]))
     layer.init_projection(embedding)
     if args.freeze_projection:
         layer.projection.requires_grad_(False)
@@ -234,9 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         for step in range(state["step_in_epoch"], steps_per_epoch):
             clips = order[step * args.clips_per_step : (step + 1) * args.clips_per_step]
             batch = train.batch(clips, embedding, lookup)
-            if args.feature_noise:
-                batch["features"] += torch.randn_like(batch["features"]) * (args.feature_noise * feature_scale)
-            feature_losses, token_losses, _ = losses(layer, batch, args.passes, feature_scale)
+            feature_losses, token_losses, _ = losses(layer, batch, args.passes, feature_scale, noise=args.feature_noise * feature_scale,
+                                                     teacher_rows=teacher_rows, kd_weight=args.kd_weight)
             loss = sum(f + args.token_weight * t for f, t in zip(feature_losses, token_losses)) / args.passes
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
