@@ -17,7 +17,7 @@ from torch import nn
 from burble.asr.whisper.attention_record import CrossAttentionRecord
 from burble.decoding.kv_cache import KVCache
 from burble.kernels.attention import KeysValues, KeyValueSegments, attention, segmented_attention
-from burble.kernels.linear import MAX_PACKED_ROWS, linear, weight_linear
+from burble.kernels.linear import MAX_PACKED_ROWS, fused_linear, linear, weight_linear
 from burble.kernels.screened_projection import Int8Table, ScreenPolicy, screened_logits
 
 
@@ -97,10 +97,10 @@ class ResidualAttentionBlock(nn.Module):
         capture_heads: Optional[list[int]] = None,
     ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         # Every projection of the decoded tokens goes through kernels.linear: a pass of 2-64 rows
-        # (speculative verification, a batch of streams) costs about what a one-row step does there.
+        # (speculative verification, a batch of streams) costs about what a one-row step does there,
+        # and the query, key and value are one product over their stacked weights.
         h = self.attn_ln(x)
-        q = self.attn.split_heads(linear(h, self.attn.query))
-        k, v = self.attn.split_heads(linear(h, self.attn.key)), self.attn.split_heads(linear(h, self.attn.value))
+        q, k, v = (self.attn.split_heads(p) for p in fused_linear(h, self.attn, (self.attn.query, self.attn.key, self.attn.value)))
         if isinstance(start, torch.Tensor):  # each row at its own position (ragged batch)
             k_all, v_all = cache.write_rows(layer, start, k, v)
         else:

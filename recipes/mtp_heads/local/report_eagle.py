@@ -24,6 +24,9 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 
+# RESULTS_eagle.md from this line on is written by hand (what shipped, measurements); a rerun keeps it.
+NOTES_MARKER = "<!-- hand-written notes: report_eagle.py keeps everything below -->"
+
 def plot(history: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -84,14 +87,15 @@ def main(argv: list[str] | None = None) -> int:
         curve.append(f"| {h['epoch']} | {h['step']} | {losses} | {' / '.join(f'{a:.3f}' for a in h['pass_accuracy'])} "
                      f"| {h['mean_accepted_length']:.2f} |")
     config = record["config"]
-    import torch
+    kd_weight = record.get("kd_weight")
+    if kd_weight is None:  # a history written before it recorded the option: the checkpoint's arguments
+        import torch
 
-    # The training options (fusion, soft targets) are the checkpoint's arguments.
-    trained = torch.load(args.exp_dir / "eagle_checkpoint.pt", weights_only=False, map_location="cpu")["config"]
+        kd_weight = torch.load(args.exp_dir / "eagle_checkpoint.pt", weights_only=False, map_location="cpu")["config"].get("kd_weight")
     inputs = "its final-norm state"
     if config.get("feature_layers"):
         inputs = f"its final-norm state fused with the outputs of decoder blocks {', '.join(map(str, config['feature_layers']))} (EAGLE-3)"
-    soft = f" plus {trained['kd_weight']:g} x the KL divergence from Whisper's own distribution" if trained.get("kd_weight") else ""
+    soft = f" plus {kd_weight:g} x the KL divergence from Whisper's own distribution" if kd_weight else ""
     text = f"""# mtp_heads, `--drafter eagle`: results ({args.model})
 
 Draft layer: one decoder block (width {config['hidden_size']}, {config['num_attention_heads']} heads, MLP {config['mlp_size']})
@@ -116,7 +120,11 @@ level effects, `local/augment.py`). Training time: {record['train_seconds'] / 60
 Mean accepted length counts tokens per verification pass that carried a draft (the verifier's own token
 included). Speeds: see BENCHMARKS.md ("Speculative decoding").
 """
-    (args.out / "RESULTS_eagle.md").write_text(text)
+    results = args.out / "RESULTS_eagle.md"
+    if results.exists() and NOTES_MARKER in results.read_text():  # keep the hand-written notes below the marker
+        old = results.read_text()
+        text += "\n" + old[old.index(NOTES_MARKER):]
+    results.write_text(text)
     print(text)
     return 0
 

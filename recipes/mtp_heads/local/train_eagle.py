@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.exp_dir / "eagle_history.json").write_text(json.dumps(
         {"history": state["history"], "train_seconds": state["seconds"], "train_rows": train.rows, "val_rows": val.rows,
          "train_clips": len(train), "val_clips": len(val), "draft_vocab_coverage": vocab["coverage"], "config": asdict(config),
-         "passes": args.passes}, indent=1))
+         "passes": args.passes, "kd_weight": args.kd_weight}, indent=1))
     print(f"wrote {args.exp_dir / 'eagle.safetensors'}", flush=True)
     return 0
 

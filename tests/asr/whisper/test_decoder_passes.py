@@ -28,8 +28,12 @@ def test_a_multi_token_pass_packs_every_decoder_projection_and_scores_as_single_
     text_model.forward(torch.tensor([tokens[:2]]), cache)
     together = text_model.forward(torch.tensor([tokens[2:]]), cache)[0]
     packed = _packed_layers(text_model)
-    # Only the projections of the tokens pack; the audio's cross-attention K/V (1500 rows) stay with F.linear.
-    per_block = ["attn.query", "attn.key", "attn.value", "attn.out", "cross_attn.query", "cross_attn.out", "mlp.0", "mlp.2"]
+    # Only the projections of the tokens pack; the audio's cross-attention K/V (1500 rows) stay with
+    # F.linear. The query, key and value pack as one fused layer, kept on the self-attention module.
+    per_block = ["attn.out", "cross_attn.query", "cross_attn.out", "mlp.0", "mlp.2"]
     expected = [f"{b}.{p}" for b in range(len(text_model.model.decoder.blocks)) for p in per_block]
     assert sorted(packed) == sorted(expected)
+    for block in text_model.model.decoder.blocks:
+        fused = getattr(block.attn, linear_module._FUSED_ATTR)
+        assert getattr(fused, linear_module._PACKED_ATTR, None) is not None
     torch.testing.assert_close(together, one_at_a_time, atol=2e-4, rtol=1e-4)
