@@ -24,7 +24,10 @@
   - offline (a window decoded once): the draft layer in chains of ``AUTO_EAGLE_DRAFT_LENGTH``
     tokens where the model ships one (tiny.en: end to end 1.16x on 2 threads, 1.00x on 1, against
     plain decoding with float32 logits; 1.03x against plain decoding with the int8 logit screen,
-    which makes one-row passes ~1.3x faster but not verification passes), else no drafter.
+    which makes one-row passes ~1.3x faster but not verification passes), else no drafter. Since
+    single-row decoder products got faster (``kernels.linear``, 2026-12-07) the layer only breaks
+    even on the 2-core CPU here: decoder 1.01-1.03x on the dev speech, and on the long files 6.8 s
+    against 6.4 s for plain decoding (``recipes/mtp_heads/RESULTS_eagle.md`` says where the time goes).
     Prompt lookup is accepted ~8% of the time and made the decoder 0.85x as fast; the early-exit
     self-draft of an untrained Whisper layer ~4% (0.26x); the MTP heads see above.
     Windows decoded together in a batch (:func:`burble.asr.batching.decode_windows`) stay plain.
